@@ -1,0 +1,486 @@
+#include "rayless/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "rayless/error.h"
+#include "rayless/hash.h"
+
+namespace rayless {
+namespace {
+
+std::string toml_quote(const std::string& s) {
+  std::ostringstream out;
+  out << toml::value<std::string>(s);
+  return out.str();
+}
+
+std::string describe_node(const toml::node& node) {
+  std::ostringstream out;
+  if (node.is_string()) {
+    out << toml_quote(*node.value<std::string>());
+  } else {
+    node.visit([&](auto&& value) { out << value; });
+  }
+  return out.str();
+}
+
+const char* type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::array: return "array";
+    case toml::node_type::table: return "table";
+    default: return "date/time";
+  }
+}
+
+[[noreturn]] void bad_value(const std::string& where, const std::string& key, const toml::node& node,
+                            const std::string& allowed) {
+  throw InputError(str(where, "key ", key, " = ", describe_node(node), " (a ", type_name(node),
+                       ") is not allowed: expected ", allowed));
+}
+
+int64_t read_int(const toml::node& node, const std::string& where, const std::string& key,
+                 int64_t lo, int64_t hi, const std::string& allowed) {
+  auto v = node.value_exact<int64_t>();
+  if (!v || *v < lo || *v > hi) bad_value(where, key, node, allowed);
+  return *v;
+}
+
+double read_float(const toml::node& node, const std::string& where, const std::string& key,
+                  double lo, double hi, const std::string& allowed) {
+  std::optional<double> v;
+  if (node.is_floating_point()) v = node.value<double>();
+  if (node.is_integer()) v = static_cast<double>(*node.value<int64_t>());
+  if (!v || !std::isfinite(*v) || *v < lo || *v > hi) bad_value(where, key, node, allowed);
+  return *v;
+}
+
+std::string list_literal(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + toml_quote(items[i]);
+  return out + "]";
+}
+
+template <typename T>
+std::string number_list_literal(const std::vector<T>& items) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < items.size(); ++i) out << (i ? ", " : "") << items[i];
+  out << "]";
+  return out.str();
+}
+
+std::string float_literal(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  std::string s = out.str();
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+// Builders for the field table. Each takes an accessor returning a reference into Config.
+using IntRef = std::function<int64_t&(Config&)>;
+using FloatRef = std::function<double&(Config&)>;
+using BoolRef = std::function<bool&(Config&)>;
+using StringRef = std::function<std::string&(Config&)>;
+using StringListRef = std::function<std::vector<std::string>&(Config&)>;
+using IntListRef = std::function<std::vector<int64_t>&(Config&)>;
+using FloatListRef = std::function<std::vector<double>&(Config&)>;
+
+template <typename Ref>
+auto const_view(Ref ref) {
+  return [ref](const Config& c) -> decltype(auto) { return ref(const_cast<Config&>(c)); };
+}
+
+ConfigField int_field(std::string name, IntRef ref, int64_t lo, int64_t hi, std::string doc) {
+  std::string allowed = hi == std::numeric_limits<int64_t>::max() ? str("an integer >= ", lo)
+                                                                  : str("an integer in [", lo, ", ", hi, "]");
+  ConfigField f{name, "int", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    ref(c) = read_int(n, where, name, lo, hi, allowed);
+  };
+  f.show = [=](const Config& c) { return std::to_string(const_view(ref)(c)); };
+  return f;
+}
+
+ConfigField float_field(std::string name, FloatRef ref, double lo, double hi, std::string doc) {
+  std::string allowed = hi == std::numeric_limits<double>::infinity()
+                            ? str("a number >= ", lo)
+                            : str("a number in [", lo, ", ", hi, "]");
+  ConfigField f{name, "float", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    ref(c) = read_float(n, where, name, lo, hi, allowed);
+  };
+  f.show = [=](const Config& c) { return float_literal(const_view(ref)(c)); };
+  return f;
+}
+
+ConfigField bool_field(std::string name, BoolRef ref, std::string doc) {
+  ConfigField f{name, "bool", "true | false", std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    auto v = n.value_exact<bool>();
+    if (!v) bad_value(where, name, n, "true or false");
+    ref(c) = *v;
+  };
+  f.show = [=](const Config& c) { return std::string(const_view(ref)(c) ? "true" : "false"); };
+  return f;
+}
+
+// choices empty = any string
+ConfigField string_field(std::string name, StringRef ref, std::vector<std::string> choices, std::string doc) {
+  std::string allowed;
+  for (size_t i = 0; i < choices.size(); ++i) allowed += (i ? " | " : "") + choices[i];
+  ConfigField f{name, "string", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    auto v = n.value_exact<std::string>();
+    if (!v) bad_value(where, name, n, allowed.empty() ? "a string" : "one of " + allowed);
+    if (!choices.empty() && std::find(choices.begin(), choices.end(), *v) == choices.end())
+      bad_value(where, name, n, "one of " + allowed);
+    ref(c) = *v;
+  };
+  f.show = [=](const Config& c) { return toml_quote(const_view(ref)(c)); };
+  return f;
+}
+
+template <typename T, typename Read>
+std::vector<T> read_list(const toml::node& n, const std::string& where, const std::string& name,
+                         const std::string& expected, Read read_one) {
+  const toml::array* arr = n.as_array();
+  if (!arr) bad_value(where, name, n, expected);
+  std::vector<T> out;
+  for (const toml::node& item : *arr) out.push_back(read_one(item));
+  return out;
+}
+
+ConfigField string_list_field(std::string name, StringListRef ref, std::string doc) {
+  ConfigField f{name, "string list", "", std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    ref(c) = read_list<std::string>(n, where, name, "an array of strings", [&](const toml::node& item) {
+      auto v = item.value_exact<std::string>();
+      if (!v) bad_value(where, name, n, "an array of strings");
+      return *v;
+    });
+  };
+  f.show = [=](const Config& c) { return list_literal(const_view(ref)(c)); };
+  return f;
+}
+
+ConfigField int_list_field(std::string name, IntListRef ref, int64_t lo, std::string doc) {
+  std::string allowed = str("an array of integers >= ", lo);
+  ConfigField f{name, "int list", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    ref(c) = read_list<int64_t>(n, where, name, allowed, [&](const toml::node& item) {
+      auto v = item.value_exact<int64_t>();
+      if (!v || *v < lo) bad_value(where, name, n, allowed);
+      return *v;
+    });
+  };
+  f.show = [=](const Config& c) { return number_list_literal(const_view(ref)(c)); };
+  return f;
+}
+
+ConfigField float_list_field(std::string name, FloatListRef ref, std::string doc) {
+  std::string allowed = "an array of finite numbers";
+  ConfigField f{name, "float list", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    ref(c) = read_list<double>(n, where, name, allowed, [&](const toml::node& item) {
+      return read_float(item, where, name, -std::numeric_limits<double>::max(),
+                        std::numeric_limits<double>::max(), allowed);
+    });
+  };
+  f.show = [=](const Config& c) {
+    std::vector<std::string> parts;
+    for (double v : const_view(ref)(c)) parts.push_back(float_literal(v));
+    std::string out = "[";
+    for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+    return out + "]";
+  };
+  return f;
+}
+
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+#define REF(member) [](Config& c) -> decltype(auto) { return (c.member); }
+
+std::vector<ConfigField> build_fields() {
+  std::vector<ConfigField> f;
+  // [model]
+  f.push_back(string_field("model.path", REF(model.path), {}, "Hugging Face model directory: config.json and, if present, *.safetensors"));
+  f.push_back(string_field("model.dtype", REF(model.dtype), {"float32", "bfloat16", "float16"}, "parameter dtype (float16 on GPU only)"));
+  f.push_back(string_field("model.device", REF(model.device), {"auto", "cpu", "cuda"}, "auto = CUDA device of the local rank when available, else CPU"));
+  f.push_back(int_field("model.init_seed", REF(model.init_seed), 0, kNoMax, "seed of the random initialisation when the directory holds no weights"));
+  // [tokenizer]
+  f.push_back(string_field("tokenizer.path", REF(tokenizer.path), {}, "tokenizer.json; empty = the model directory's; \"byte\" = the byte-level tokenizer"));
+  f.push_back(string_field("tokenizer.chat_template", REF(tokenizer.chat_template), {}, "none | chatml | a template string containing {prompt}"));
+  f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before the prompt by chatml (empty = none)"));
+  // [data]
+  f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line"));
+  f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt text"));
+  f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent)"));
+  f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));
+  f.push_back(bool_field("data.skip_invalid", REF(data.skip_invalid), "skip and count bad lines instead of stopping with an error"));
+  f.push_back(int_field("data.max_prompt_length", REF(data.max_prompt_length), 1, kNoMax, "longest prompt in tokens"));
+  f.push_back(string_field("data.truncation", REF(data.truncation), {"error", "left"}, "what to do with a longer prompt: error, or keep its last max_prompt_length tokens"));
+  // [generation]
+  f.push_back(int_field("generation.max_completion_length", REF(generation.max_completion_length), 1, kNoMax, "most tokens generated per completion"));
+  f.push_back(float_field("generation.temperature", REF(generation.temperature), 0.0, kInf, "sampling temperature (0 = greedy)"));
+  f.push_back(float_field("generation.top_p", REF(generation.top_p), 0.0, 1.0, "nucleus sampling mass (1 = off)"));
+  f.push_back(int_field("generation.top_k", REF(generation.top_k), 0, kNoMax, "keep the k most likely tokens (0 = off)"));
+  f.push_back(float_field("generation.min_p", REF(generation.min_p), 0.0, 1.0, "drop tokens below min_p times the top probability (0 = off)"));
+  f.push_back(float_field("generation.repetition_penalty", REF(generation.repetition_penalty), 1e-6, kInf, "CTRL-style penalty on tokens already in prompt or completion (1 = off)"));
+  f.push_back(string_list_field("generation.stop_strings", REF(generation.stop_strings), "completion ends after the first of these strings"));
+  f.push_back(int_list_field("generation.eos_token_ids", REF(generation.eos_token_ids), 0, "end-of-sequence ids; empty = the tokenizer's and generation_config.json's"));
+  // [reward]
+  f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: length, format, answer, repetition, worker"));
+  f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));
+  f.push_back(int_field("reward.length_target", REF(reward.length_target), 0, kNoMax, "length reward: -|length_target - len(completion)|"));
+  f.push_back(string_field("reward.length_unit", REF(reward.length_unit), {"tokens", "chars"}, "what the length reward counts"));
+  f.push_back(string_field("reward.format_pattern", REF(reward.format_pattern), {}, "format reward: 1 when the completion matches this regex, else 0"));
+  f.push_back(string_field("reward.answer_field", REF(reward.answer_field), {}, "answer reward: dataset field holding the expected answer"));
+  f.push_back(string_field("reward.answer_mode", REF(reward.answer_mode), {"exact", "numeric"}, "answer reward: exact string or numeric comparison"));
+  f.push_back(int_field("reward.repetition_ngram", REF(reward.repetition_ngram), 1, kNoMax, "repetition penalty: n-gram size"));
+  f.push_back(string_field("reward.worker_command", REF(reward.worker_command), {}, "worker reward: command that reads JSON lines on stdin and answers {\"reward\": x}"));
+  f.push_back(float_field("reward.worker_timeout_s", REF(reward.worker_timeout_s), 0.001, kInf, "seconds a worker may take per request"));
+  f.push_back(int_field("reward.worker_batch_size", REF(reward.worker_batch_size), 0, kNoMax, "0 = one line per completion; N = batched requests of N"));
+  // [grpo]
+  f.push_back(int_field("grpo.num_generations", REF(grpo.num_generations), 1, kNoMax, "completions sampled per prompt (the group size G)"));
+  f.push_back(int_field("grpo.num_iterations", REF(grpo.num_iterations), 1, kNoMax, "mu: optimisation passes over each generation"));
+  f.push_back(int_field("grpo.steps_per_generation", REF(grpo.steps_per_generation), 0, kNoMax, "micro-steps per generation; 0 = gradient_accumulation_steps"));
+  f.push_back(float_field("grpo.beta", REF(grpo.beta), 0.0, kInf, "KL coefficient against the reference model (0 = no reference model)"));
+  f.push_back(float_field("grpo.epsilon", REF(grpo.epsilon), 0.0, kInf, "lower clip: ratio >= 1 - epsilon"));
+  f.push_back(float_field("grpo.epsilon_high", REF(grpo.epsilon_high), 0.0, kInf, "upper clip: ratio <= 1 + epsilon_high; 0 = epsilon"));
+  f.push_back(float_field("grpo.delta", REF(grpo.delta), 0.0, kInf, "upper cap on the ratio in the unclipped term (two-sided clipping); 0 = off"));
+  f.push_back(string_field("grpo.loss_type", REF(grpo.loss_type), {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"}, "loss normalisation and objective"));
+  f.push_back(string_field("grpo.scale_rewards", REF(grpo.scale_rewards), {"group", "batch", "none"}, "divide advantages by the group std, the batch std, or not at all"));
+  f.push_back(string_field("grpo.multi_objective_aggregation", REF(grpo.multi_objective_aggregation), {"sum_then_normalize", "normalize_then_sum"}, "how several reward functions combine"));
+  f.push_back(string_field("grpo.importance_sampling_level", REF(grpo.importance_sampling_level), {"token", "sequence"}, "token ratios, or one ratio per sequence (GSPO)"));
+  f.push_back(float_field("grpo.top_entropy_quantile", REF(grpo.top_entropy_quantile), 0.0, 1.0, "train only tokens whose entropy is in this top fraction, over all ranks (1 = all)"));
+  f.push_back(string_field("grpo.entropy_threshold_method", REF(grpo.entropy_threshold_method), {"gather", "select"}, "global entropy threshold by padded gather or by distributed selection"));
+  f.push_back(bool_field("grpo.mask_truncated_completions", REF(grpo.mask_truncated_completions), "leave completions that hit max_completion_length out of the loss"));
+  f.push_back(float_field("grpo.sapo_temperature_pos", REF(grpo.sapo_temperature_pos), 1e-6, kInf, "sapo: temperature for positive advantages"));
+  f.push_back(float_field("grpo.sapo_temperature_neg", REF(grpo.sapo_temperature_neg), 1e-6, kInf, "sapo: temperature for negative advantages"));
+  f.push_back(bool_field("grpo.sync_ref_model", REF(grpo.sync_ref_model), "mix the policy into the reference model every ref_model_sync_steps"));
+  f.push_back(float_field("grpo.ref_model_mixup_alpha", REF(grpo.ref_model_mixup_alpha), 0.0, 1.0, "ref = alpha * policy + (1 - alpha) * ref at each sync"));
+  f.push_back(int_field("grpo.ref_model_sync_steps", REF(grpo.ref_model_sync_steps), 1, kNoMax, "optimizer steps between reference syncs"));
+  f.push_back(int_field("grpo.logprob_chunk_size", REF(grpo.logprob_chunk_size), 1, kNoMax, "positions per LM-head chunk in the fused log-prob path"));
+  // [optim]
+  f.push_back(float_field("optim.learning_rate", REF(optim.learning_rate), 0.0, kInf, "AdamW peak learning rate"));
+  f.push_back(float_field("optim.adam_beta1", REF(optim.adam_beta1), 0.0, 0.999999, "AdamW beta1"));
+  f.push_back(float_field("optim.adam_beta2", REF(optim.adam_beta2), 0.0, 0.999999999, "AdamW beta2"));
+  f.push_back(float_field("optim.adam_epsilon", REF(optim.adam_epsilon), 0.0, 1.0, "AdamW epsilon"));
+  f.push_back(float_field("optim.weight_decay", REF(optim.weight_decay), 0.0, kInf, "AdamW decoupled weight decay"));
+  f.push_back(float_field("optim.max_grad_norm", REF(optim.max_grad_norm), 0.0, kInf, "clip the global gradient norm to this (0 = off)"));
+  f.push_back(string_field("optim.lr_scheduler_type", REF(optim.lr_scheduler_type), {"constant", "linear", "cosine"}, "learning-rate schedule after warmup"));
+  f.push_back(int_field("optim.warmup_steps", REF(optim.warmup_steps), 0, kNoMax, "linear warmup steps (wins over warmup_ratio)"));
+  f.push_back(float_field("optim.warmup_ratio", REF(optim.warmup_ratio), 0.0, 1.0, "warmup as a fraction of max_steps"));
+  // [train]
+  f.push_back(int_field("train.max_steps", REF(train.max_steps), 1, kNoMax, "optimizer steps to train"));
+  f.push_back(int_field("train.seed", REF(train.seed), 0, kNoMax, "seed of every random stream (with rank, step and purpose)"));
+  f.push_back(int_field("train.per_device_train_batch_size", REF(train.per_device_train_batch_size), 1, kNoMax, "completions per rank per micro-step"));
+  f.push_back(int_field("train.gradient_accumulation_steps", REF(train.gradient_accumulation_steps), 1, kNoMax, "micro-steps per optimizer step"));
+  f.push_back(bool_field("train.bf16", REF(train.bf16), "bfloat16 autocast for forward and backward (fp32 master weights)"));
+  f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory"));
+  f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));
+  // [checkpoint]
+  f.push_back(int_field("checkpoint.save_steps", REF(checkpoint.save_steps), 0, kNoMax, "checkpoint every N optimizer steps (0 = only at the end and on signal)"));
+  f.push_back(int_field("checkpoint.keep_last", REF(checkpoint.keep_last), 1, kNoMax, "complete checkpoints kept"));
+  f.push_back(bool_field("checkpoint.save_on_signal", REF(checkpoint.save_on_signal), "checkpoint and exit on SIGUSR1/SIGTERM"));
+  // [log]
+  f.push_back(int_field("log.logging_steps", REF(log.logging_steps), 1, kNoMax, "console line every N steps (metrics.jsonl gets every step)"));
+  f.push_back(bool_field("log.console", REF(log.console), "progress line on rank 0's console"));
+  f.push_back(string_field("log.level", REF(log.level), {"debug", "info", "warn"}, "log verbosity"));
+  // [distributed]
+  f.push_back(string_field("distributed.backend", REF(distributed.backend), {"auto", "mpi", "nccl"}, "collectives backend: auto = NCCL for CUDA tensors when built, else MPI"));
+  f.push_back(float_field("distributed.collective_timeout_s", REF(distributed.collective_timeout_s), 0.001, kInf, "a collective taking longer aborts the job with what stalled"));
+  f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = cores on the node / ranks on the node)"));
+  f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 1, kNoMax, "gradient allreduce bucket size in MiB"));
+  return f;
+}
+#undef REF
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const ConfigField* find_field(const std::string& name) {
+  for (const ConfigField& f : config_fields())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::string suggestion(const std::string& key) {
+  std::string best = closest_config_key(key);
+  return best.empty() ? "" : str(" (did you mean ", best, "?)");
+}
+
+std::set<std::string> section_names() {
+  std::set<std::string> out;
+  for (const ConfigField& f : config_fields()) out.insert(f.name.substr(0, f.name.find('.')));
+  return out;
+}
+
+}  // namespace
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> fields = build_fields();
+  return fields;
+}
+
+std::string closest_config_key(const std::string& key) {
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  const std::string bare = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
+  for (const ConfigField& f : config_fields()) {
+    size_t d = edit_distance(key, f.name);
+    // a right key in the wrong section is close too
+    const std::string field_bare = f.name.substr(f.name.find('.') + 1);
+    if (field_bare == bare) d = std::min<size_t>(d, 1);
+    if (d < best_distance) best_distance = d, best = f.name;
+  }
+  size_t limit = std::max<size_t>(2, key.size() / 3);
+  return best_distance <= limit ? best : "";
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream probe(path);
+  inputCheck(probe.good(), path, ": cannot open config file");
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw InputError(str(path, ":", e.source().begin.line, ": TOML syntax error: ", e.description()));
+  }
+  Config config;
+  const std::set<std::string> sections = section_names();
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const std::string where_section = str(path, ":", section_node.source().begin.line, ": ");
+    if (!sections.count(section)) {
+      std::string hint;
+      size_t best = 3;
+      for (const std::string& s : sections)
+        if (edit_distance(s, section) < best) best = edit_distance(s, section), hint = s;
+      throw InputError(str(where_section, "unknown section [", section, "]",
+                           hint.empty() ? suggestion(section) : str(" (did you mean [", hint, "]?)")));
+    }
+    const toml::table* table = section_node.as_table();
+    inputCheck(table != nullptr, where_section, section, " must be a table [", section, "]");
+    for (const auto& [key, node] : *table) {
+      const std::string name = section + "." + std::string(key.str());
+      const std::string where = str(path, ":", node.source().begin.line, ": ");
+      const ConfigField* field = find_field(name);
+      if (!field) throw InputError(str(where, "unknown key ", name, suggestion(name)));
+      field->set(config, node, where);
+    }
+  }
+  for (const std::string& assignment : overrides) apply_override(config, assignment);
+  validate_config(config);
+  return config;
+}
+
+Config config_from_overrides(const std::vector<std::string>& overrides) {
+  Config config;
+  for (const std::string& assignment : overrides) apply_override(config, assignment);
+  validate_config(config);
+  return config;
+}
+
+void apply_override(Config& config, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  inputCheck(eq != std::string::npos && eq > 0, "--set ", assignment, ": expected section.key=value");
+  std::string name = assignment.substr(0, eq);
+  name.erase(name.find_last_not_of(" \t") + 1);
+  const std::string value = assignment.substr(eq + 1);
+  const ConfigField* field = find_field(name);
+  inputCheck(field != nullptr, "--set ", name, ": unknown key", suggestion(name));
+  // The value is TOML (1, 0.5, true, "x", [1, 2]); a bare word that is not TOML is taken as a string.
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value}};
+  }
+  field->set(config, *parsed.get("v"), "--set: ");
+}
+
+void validate_config(const Config& c) {
+  const auto& g = c.grpo;
+  inputCheck(g.num_generations >= 2 || g.scale_rewards == "none",
+             "grpo.num_generations = ", g.num_generations,
+             " leaves every group with one completion, so every advantage is 0: use >= 2");
+  const int64_t per_rank_generation_batch = c.train.per_device_train_batch_size * c.effective_steps_per_generation();
+  inputCheck(per_rank_generation_batch % g.num_generations == 0,
+             "the per-rank generation batch (train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
+             " x steps_per_generation ", c.effective_steps_per_generation(), " = ", per_rank_generation_batch,
+             ") must be a multiple of grpo.num_generations = ", g.num_generations);
+  if (!c.reward.reward_weights.empty())
+    inputCheck(c.reward.reward_weights.size() == c.reward.functions.size(), "reward.reward_weights has ",
+               c.reward.reward_weights.size(), " weights for ", c.reward.functions.size(),
+               " reward.functions: give one weight per function");
+  inputCheck(!c.reward.functions.empty(), "reward.functions is empty: name at least one reward function");
+  static const std::set<std::string> known_rewards = {"length", "format", "answer", "repetition", "worker"};
+  for (const std::string& name : c.reward.functions)
+    inputCheck(known_rewards.count(name), "reward.functions: unknown reward function \"", name,
+               "\" (known: length, format, answer, repetition, worker)");
+  auto uses = [&](const char* name) {
+    return std::find(c.reward.functions.begin(), c.reward.functions.end(), name) != c.reward.functions.end();
+  };
+  inputCheck(!uses("worker") || !c.reward.worker_command.empty(),
+             "reward.functions names \"worker\" but reward.worker_command is empty");
+  inputCheck(!uses("format") || !c.reward.format_pattern.empty(),
+             "reward.functions names \"format\" but reward.format_pattern is empty");
+  inputCheck(g.sync_ref_model == false || g.beta > 0,
+             "grpo.sync_ref_model = true needs a reference model: set grpo.beta > 0");
+  inputCheck(!(c.model.dtype == "float16" && c.model.device == "cpu"), "model.dtype = \"float16\" is for GPUs only");
+  inputCheck(g.epsilon < 1.0 || g.loss_type == "cispo",
+             "grpo.epsilon = ", g.epsilon, " makes the lower clip bound 1 - epsilon <= 0: use < 1");
+  const std::string& tpl = c.tokenizer.chat_template;
+  inputCheck(tpl == "none" || tpl == "chatml" || tpl.find("{prompt}") != std::string::npos,
+             "tokenizer.chat_template = \"", tpl, "\": use none, chatml, or a string containing {prompt}");
+}
+
+std::string config_to_toml(const Config& config) {
+  std::ostringstream out;
+  std::string current;
+  for (const ConfigField& f : config_fields()) {
+    const std::string section = f.name.substr(0, f.name.find('.'));
+    if (section != current) {
+      out << (current.empty() ? "" : "\n") << "[" << section << "]\n";
+      current = section;
+    }
+    out << f.name.substr(section.size() + 1) << " = " << f.show(config) << "\n";
+  }
+  return out.str();
+}
+
+std::string config_hash(const Config& config) {
+  std::string material;
+  for (const ConfigField& f : config_fields()) {
+    const std::string section = f.name.substr(0, f.name.find('.'));
+    static const std::set<std::string> decisive = {"model", "tokenizer", "data", "generation", "reward"};
+    if (decisive.count(section) || f.name == "grpo.num_generations") material += f.name + "=" + f.show(config) + "\n";
+  }
+  return fnv1a64_hex(material);
+}
+
+}  // namespace rayless

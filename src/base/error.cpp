@@ -1,0 +1,20 @@
+#include "rayless/error.h"
+
+#include <iostream>
+
+namespace rayless {
+
+int exit_code_for(const std::exception& error) {
+  if (dynamic_cast<const InputError*>(&error) != nullptr) return kExitInput;
+  return kExitRuntime;
+}
+
+void print_error(const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cerr << "rayless: error: " << line << std::endl;
+}
+
+}  // namespace rayless

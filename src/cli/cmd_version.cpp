@@ -1,0 +1,40 @@
+#include <hdf5.h>
+#include <mpi.h>
+#include <torch/version.h>
+
+#include <iostream>
+
+#include "cli/options.h"
+
+#ifdef RAYLESS_WITH_CUDA
+namespace rayless {
+std::string nccl_version_string();  // src/comm/nccl
+}
+#endif
+
+namespace rayless::cli {
+
+int version(const Args& args) {
+  po::options_description options("rayless version");
+  po::variables_map vm;
+  if (!parse_options(args, "rayless version", options, vm)) return 0;
+  char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(mpi_version, &length);
+  std::string mpi(mpi_version, length);
+  if (auto comma = mpi.find_first_of(",\n"); comma != std::string::npos) mpi.resize(comma);
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  std::cout << "rayless " << RAYLESS_VERSION << "\n"
+            << "libtorch " << TORCH_VERSION << " (CUDA " << (at::hasCUDA() ? "yes" : "no") << ")\n"
+#ifdef RAYLESS_WITH_CUDA
+            << "nccl " << nccl_version_string() << "\n"
+#else
+            << "nccl not built (configure with -DRAYLESS_CUDA=ON and a CUDA LibTorch)\n"
+#endif
+            << "mpi " << mpi << "\n"
+            << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << std::endl;
+  return 0;
+}
+
+}  // namespace rayless::cli

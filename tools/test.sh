@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds (tools/setup.sh), then runs ctest in
+# parallel. Extra arguments go to ctest (e.g. ./tools/test.sh -R grpo).
+set -euo pipefail
+root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root_dir"
+start=$(date +%s)
+build_dir=${RAYLESS_BUILD_DIR:-build}
+
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+./tools/setup.sh
+
+# The NCCL backend is compiled (not linked, nothing run) against nccl.h with the CPU LibTorch, so
+# the GPU path cannot rot unseen on machines without a GPU.
+if command -v nvcc >/dev/null 2>&1 || [ -n "${RAYLESS_NCCL_INCLUDE_DIR:-}" ]; then
+  ./tools/nccl_compile_check.sh
+else
+  echo "test: no CUDA toolkit here: NCCL compile check skipped"
+fi
+
+# Services some tests need (a single-node Slurm); stopped again on exit.
+if [ -x tools/slurm/start.sh ] && [ "${RAYLESS_SKIP_SLURM:-0}" != 1 ]; then
+  if tools/slurm/start.sh; then
+    trap 'tools/slurm/stop.sh || true' EXIT
+    export RAYLESS_SLURM_UP=1
+  else
+    echo "test: local Slurm could not start: Slurm tests will fail" >&2
+  fi
+fi
+
+ctest --test-dir "$build_dir" -j "$(nproc)" --output-on-failure --timeout 600 "$@"
+echo "test: finished in $(( $(date +%s) - start )) s"
