@@ -1,9 +1,23 @@
-// Placeholder until the trainer lands: says so honestly instead of pretending.
-#include "cli/commands.h"
-#include "rayless/error.h"
+#include "cli/options.h"
+#include "rayless/runtime.h"
+#include "rayless/trainer.h"
 
 namespace rayless::cli {
 
-int train(const Args& args) { throw RuntimeError("rayless train is not implemented in this build yet"); }
+int train(const Args& args) {
+  po::options_description options("rayless train");
+  TrainOptions train_options;
+  options.add_options()("config", po::value(&train_options.config_path), "config TOML (omit to use only defaults)")(
+      "set", po::value(&train_options.overrides)->composing(), "override a key: section.key=value (repeatable)")(
+      "output", po::value(&train_options.output_dir), "run directory (default: train.output_dir)")(
+      "resume", po::value(&train_options.resume), "auto (newest complete checkpoint, if any) or a checkpoint directory");
+  po::variables_map vm;
+  if (!parse_options(args, "mpirun -np N rayless train --config FILE [--set k=v ...] [--output DIR] [--resume auto|PATH]\n"
+                           "exit codes: 0 done, 1 runtime failure, 2 bad input, 3 stopped by a signal after a checkpoint",
+                     options, vm))
+    return 0;
+  Runtime runtime;
+  return run_spmd(runtime, [&] { return run_training(runtime, train_options); });
+}
 
 }  // namespace rayless::cli

@@ -1,0 +1,30 @@
+// Metrics of one optimizer step under TRL's names (plus rayless's own), metrics.jsonl on rank 0 and
+// the console progress line. Values are reduced across ranks by the trainer before they get here.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+namespace rayless {
+
+using StepMetrics = std::map<std::string, double>;
+
+class MetricsLog {
+ public:
+  // Opens path for appending. resume_step >= 0: lines of steps after it (written by an interrupted
+  // run after its last checkpoint) are dropped first, so every step appears once.
+  MetricsLog(const std::filesystem::path& path, int64_t resume_step = -1);
+  void write(int64_t step, const StepMetrics& metrics);  // one JSON line {"step": .., ...}, flushed
+ private:
+  std::ofstream out_;
+};
+
+// "step 12/100 | reward 0.512 | kl 0.0012 | 1234 tok/s | ETA 3m12s"
+std::string progress_line(int64_t step, int64_t max_steps, const StepMetrics& metrics, double eta_seconds);
+
+// Peak resident set size of this process in bytes (VmHWM), 0 when unknown.
+int64_t peak_rss_bytes();
+
+}  // namespace rayless

@@ -1,0 +1,728 @@
+// The GRPO training loop, top to bottom in one place (Trainer::run). The rest of this file holds the
+// steps it calls: generate + score a batch of rollouts, compute log-probs and the loss of one
+// micro-batch, step the optimizer, checkpoint and restore.
+//
+// Counting follows TRL's GRPOTrainer: a micro-step is one forward/backward over
+// per_device_train_batch_size completions; an optimizer step takes gradient_accumulation_steps
+// micro-steps; a generation produces steps_per_generation micro-batches per rank and is reused for
+// num_iterations (mu) passes, so a new generation starts every steps_per_generation * mu micro-steps.
+#include "rayless/trainer.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "rayless/checkpoint.h"
+#include "rayless/comm.h"
+#include "rayless/config.h"
+#include "rayless/data_parallel.h"
+#include "rayless/dataset.h"
+#include "rayless/entropy_threshold.h"
+#include "rayless/error.h"
+#include "rayless/files.h"
+#include "rayless/grpo/advantages.h"
+#include "rayless/grpo/entropy_mask.h"
+#include "rayless/grpo/logprobs.h"
+#include "rayless/grpo/loss.h"
+#include "rayless/hash.h"
+#include "rayless/hf_checkpoint.h"
+#include "rayless/log.h"
+#include "rayless/lr_schedule.h"
+#include "rayless/metrics.h"
+#include "rayless/model.h"
+#include "rayless/rewards.h"
+#include "rayless/rollout_store.h"
+#include "rayless/runtime.h"
+#include "rayless/sampler.h"
+#include "rayless/sharding.h"
+#include "rayless/signals.h"
+#include "rayless/tokenizer.h"
+#include "rayless/watchdog.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace rayless {
+namespace {
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Every random stream derives from (seed, rank, generation step, purpose), so nothing random needs
+// saving: a resumed run re-creates the same streams.
+uint64_t stream_seed(int64_t seed, int64_t rank, int64_t generation_step, const char* purpose) {
+  const std::string key = str(seed, "/", rank, "/", generation_step, "/", purpose);
+  return fnv1a64(key.data(), key.size()) & 0x7fffffffffffffffULL;
+}
+
+torch::Generator make_generator(uint64_t seed) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  return generator;
+}
+
+// One rank's share of one generation: everything the micro-steps of its cycle need.
+struct GenerationBatch {
+  int64_t generation_step = 0;
+  std::vector<std::vector<int64_t>> prompt_ids;  // per completion (prompts repeated G times)
+  torch::Tensor completion_ids;                  // [N, T] int64
+  torch::Tensor completion_mask;                 // [N, T] float32, truncation masking applied
+  torch::Tensor raw_lengths;                     // [N] int64 tokens up to and incl. EOS (before masking)
+  torch::Tensor truncated;                       // [N] bool
+  torch::Tensor advantages;                      // [N] float32
+  torch::Tensor old_logps;                       // [N, T] float32, undefined when mu = 1 skips the pass
+  torch::Tensor ref_logps;                       // [N, T] float32 when beta > 0
+  int64_t num_items_in_batch = 0;                // active completion tokens of the whole generation, all ranks
+  torch::Tensor order;                           // [N] shuffled row order; micro-batch i = rows order[iB:(i+1)B]
+  StepMetrics metrics;                           // generation-time metrics (rewards, lengths), global
+};
+
+// Inputs of one forward pass over prompt + completion, left-padded.
+struct PackedBatch {
+  torch::Tensor input_ids;       // [B, P + T]
+  torch::Tensor attention_mask;  // [B, P + T]
+  int64_t prompt_length = 0;     // P
+};
+
+PackedBatch pack(const std::vector<std::vector<int64_t>>& prompts, const torch::Tensor& completion_ids,
+                 const torch::Tensor& completion_mask, int64_t pad_id) {
+  auto [prompt_ids, prompt_mask] = left_pad(prompts, pad_id);
+  PackedBatch out;
+  out.prompt_length = prompt_ids.size(1);
+  out.input_ids = torch::cat({prompt_ids, completion_ids}, 1);
+  out.attention_mask = torch::cat({prompt_mask, completion_mask.to(torch::kInt64)}, 1);
+  return out;
+}
+
+// RAII bfloat16 autocast on CPU/CUDA for the forward pass (train.bf16); fp32 master weights.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, torch::Device device) : enabled_(enabled), type_(device.type()) {
+    if (!enabled_) return;
+    previous_ = at::autocast::is_autocast_enabled(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, previous_);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+  bool previous_ = false;
+  at::DeviceType type_;
+};
+
+class Trainer {
+ public:
+  Trainer(Runtime& runtime, const TrainOptions& options);
+  int run();
+
+ private:
+  GenerationBatch generate_and_score(int64_t generation_step);
+  GenerationBatch reload_generation(int64_t generation_step);
+  void finish_generation(GenerationBatch& batch);
+  LogProbs policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length);
+  StepMetrics train_micro_batch(const GenerationBatch& batch, int64_t micro_index);
+  double optimizer_step();
+  void save(bool at_optimizer_boundary);
+  void restore(const fs::path& checkpoint);
+  StepMetrics reduce_step_metrics(const std::vector<StepMetrics>& micro_metrics);
+
+  Runtime& runtime_;
+  TrainOptions options_;
+  Config cfg_;
+  fs::path output_dir_;
+  torch::Device device_ = torch::kCPU;
+  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Tokenizer> tokenizer_;
+  CausalLM policy_{nullptr};
+  CausalLM reference_{nullptr};
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<DataParallel> data_parallel_;
+  PromptDataset dataset_;
+  std::unique_ptr<RewardSet> rewards_;
+  std::unique_ptr<MetricsLog> metrics_log_;
+  ShardSpec shard_spec_;
+  std::string config_hash_;
+
+  // progress (what a checkpoint stores)
+  int64_t optimizer_step_ = 0;   // completed optimizer steps
+  int64_t micro_step_ = 0;       // completed micro-steps
+  int64_t num_tokens_ = 0;       // prompt + completion tokens seen, all ranks (TRL's num_tokens)
+  bool has_accumulated_grads_ = false;
+  int64_t last_saved_micro_step_ = -1;
+
+  // derived counts
+  int64_t steps_per_generation_ = 1;
+  int64_t micro_steps_per_generation_cycle_ = 1;  // steps_per_generation * mu
+  bool needs_old_logps_ = false;
+  int64_t warmup_steps_ = 0;
+};
+
+Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runtime), options_(options) {
+  cfg_ = options.config_path.empty() ? config_from_overrides(options.overrides)
+                                     : load_config(options.config_path, options.overrides);
+  output_dir_ = options.output_dir.empty() ? fs::path(cfg_.train.output_dir) : fs::path(options.output_dir);
+  const int threads = runtime_.configure(cfg_.distributed);
+  device_ = runtime_.select_device(cfg_.model.device);
+  comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
+  if (runtime_.rank() != 0) {
+    fs::create_directories(output_dir_ / "logs");
+    open_rank_log_file((output_dir_ / "logs" / str("rank-", runtime_.rank(), ".log")).string());
+  }
+  torch::manual_seed(cfg_.train.seed);
+
+  steps_per_generation_ = cfg_.effective_steps_per_generation();
+  micro_steps_per_generation_cycle_ = steps_per_generation_ * cfg_.grpo.num_iterations;
+  // TRL: old log-probs equal the detached current ones when the policy cannot change within a cycle
+  needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_generation_cycle_ != 0;
+  warmup_steps_ = warmup_steps_for(cfg_.optim, cfg_.train.max_steps);
+  config_hash_ = config_hash(cfg_);
+
+  dataset_ = load_prompt_dataset(cfg_.data);
+  shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
+  shard_spec_.prompts_per_rank = cfg_.prompts_per_rank();
+  shard_spec_.world_size = runtime_.size();
+  shard_spec_.seed = static_cast<uint64_t>(cfg_.train.seed);
+  shard_spec_.shuffle = cfg_.data.shuffle;
+
+  tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
+  const torch::Dtype dtype = parse_model_dtype(cfg_.model.dtype);
+  policy_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
+  policy_->set_gradient_checkpointing(cfg_.train.gradient_checkpointing);
+  if (cfg_.grpo.beta > 0) {
+    reference_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
+    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+    reference_->eval();
+  }
+  rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank());
+
+  // AdamW with transformers' grouping: no weight decay on biases and norm weights (1-D tensors).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : policy_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options_for = [&](double weight_decay) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(cfg_.optim.learning_rate)
+            .betas({cfg_.optim.adam_beta1, cfg_.optim.adam_beta2})
+            .eps(cfg_.optim.adam_epsilon)
+            .weight_decay(weight_decay));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options_for(cfg_.optim.weight_decay));
+  groups.emplace_back(no_decay, options_for(0.0));
+  optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(cfg_.optim.learning_rate));
+  data_parallel_ = std::make_unique<DataParallel>(*comm_, *policy_, cfg_.distributed.bucket_size_mb);
+
+  log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s), device ", device_.str(),
+               ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters), ",
+               dataset_.rows.size(), " prompts, output ", output_dir_.string()));
+  if (dataset_.skipped_lines > 0)
+    log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
+                 dataset_.first_skip_reason, ")"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The loop.
+int Trainer::run() {
+  install_stop_signal_handlers();
+  fs::create_directories(output_dir_);
+  const fs::path checkpoints = output_dir_ / "checkpoints";
+  const std::optional<fs::path> resume_from = resolve_resume(options_.resume, checkpoints);
+  if (resume_from) restore(*resume_from);
+  data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
+  if (runtime_.rank() == 0) {
+    write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
+    metrics_log_ = std::make_unique<MetricsLog>(output_dir_ / "metrics.jsonl", resume_from ? optimizer_step_ : -1);
+  }
+
+  const int64_t micro_steps_per_optimizer_step = cfg_.train.gradient_accumulation_steps;
+  const int64_t total_micro_steps = cfg_.train.max_steps * micro_steps_per_optimizer_step;
+  GenerationBatch batch;
+  bool have_batch = false;
+  std::vector<StepMetrics> micro_metrics;
+  StepMetrics generation_metrics;
+  double generation_seconds = 0, train_seconds = 0;
+  auto step_start = Clock::now();
+  const auto run_start = Clock::now();
+  const int64_t first_step = optimizer_step_;
+
+  while (micro_step_ < total_micro_steps) {
+    set_watchdog_step(optimizer_step_);
+    const int64_t generation_step = micro_step_ / micro_steps_per_generation_cycle_;
+    const int64_t position_in_cycle = micro_step_ % micro_steps_per_generation_cycle_;
+
+    // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one.
+    if (!have_batch || batch.generation_step != generation_step) {
+      const auto t0 = Clock::now();
+      batch = position_in_cycle == 0 ? generate_and_score(generation_step) : reload_generation(generation_step);
+      generation_seconds += seconds_since(t0);
+      generation_metrics = batch.metrics;
+      have_batch = true;
+    }
+
+    // 2. One micro-step: log-probs, loss, backward (gradients accumulate locally).
+    const auto t1 = Clock::now();
+    micro_metrics.push_back(train_micro_batch(batch, position_in_cycle % steps_per_generation_));
+    has_accumulated_grads_ = true;
+    ++micro_step_;
+    train_seconds += seconds_since(t1);
+
+    // 3. Every gradient_accumulation_steps micro-steps: allreduce, clip, AdamW, schedule, log.
+    if (micro_step_ % micro_steps_per_optimizer_step == 0) {
+      const auto t2 = Clock::now();
+      const double grad_norm = optimizer_step();
+      train_seconds += seconds_since(t2);
+      ++optimizer_step_;
+      has_accumulated_grads_ = false;
+
+      StepMetrics m = reduce_step_metrics(micro_metrics);
+      micro_metrics.clear();
+      for (const auto& [k, v] : generation_metrics) m[k] = v;
+      const double step_time = seconds_since(step_start);
+      step_start = Clock::now();
+      m["grad_norm"] = grad_norm;
+      m["learning_rate"] = cfg_.optim.learning_rate *
+                           lr_multiplier(cfg_.optim.lr_scheduler_type, optimizer_step_ - 1, warmup_steps_, cfg_.train.max_steps);
+      m["num_tokens"] = static_cast<double>(num_tokens_);
+      m["step_time"] = step_time;
+      m["time/generation"] = generation_seconds;
+      m["time/train"] = train_seconds;
+      m["tokens_per_second"] = m.count("completions/total_tokens") ? m["completions/total_tokens"] / std::max(step_time, 1e-9) : NAN;
+      m["memory/peak_rss_mb"] = global_max(*comm_, static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0));
+      generation_seconds = train_seconds = 0;
+      generation_metrics.clear();
+      if (runtime_.rank() == 0) {
+        metrics_log_->write(optimizer_step_, m);
+        const double per_step = seconds_since(run_start) / static_cast<double>(optimizer_step_ - first_step);
+        if (cfg_.log.console && (optimizer_step_ % cfg_.log.logging_steps == 0 || optimizer_step_ == cfg_.train.max_steps))
+          log_info(progress_line(optimizer_step_, cfg_.train.max_steps, m,
+                                 per_step * static_cast<double>(cfg_.train.max_steps - optimizer_step_)));
+      }
+      if (cfg_.grpo.sync_ref_model && optimizer_step_ % cfg_.grpo.ref_model_sync_steps == 0) {
+        torch::NoGradGuard no_grad;
+        auto ref_params = reference_->parameters();
+        auto policy_params = policy_->parameters();
+        const double alpha = cfg_.grpo.ref_model_mixup_alpha;
+        for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mul_(1.0 - alpha).add_(policy_params[i], alpha);
+      }
+      if (cfg_.checkpoint.save_steps > 0 && optimizer_step_ % cfg_.checkpoint.save_steps == 0 &&
+          micro_step_ < total_micro_steps)
+        save(true);
+    }
+
+    // 4. A signal on any rank: all ranks agree here, checkpoint, and stop.
+    if (cfg_.checkpoint.save_on_signal && micro_step_ < total_micro_steps &&
+        global_max(*comm_, stop_requested() ? 1.0 : 0.0) > 0) {
+      save(micro_step_ % micro_steps_per_optimizer_step == 0);
+      log_info(str("rayless train: stopped by signal after step ", optimizer_step_, " (micro-step ", micro_step_,
+                   "); resume with --resume auto"));
+      return kExitCheckpointedOnSignal;
+    }
+  }
+  save(true);
+  log_info(str("rayless train: done, ", optimizer_step_, " steps; checkpoint in ", (checkpoints / "latest").string()));
+  return kExitOk;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Generation: prompts of this rank -> completions -> rewards -> advantages -> (old/ref log-probs) -> store.
+GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
+  const int rank = runtime_.rank();
+  const int64_t G = cfg_.grpo.num_generations;
+  GenerationBatch batch;
+  batch.generation_step = generation_step;
+
+  // this rank's prompts: a deterministic slice of the epoch's shuffled order
+  const PromptShard shard = shard_prompts(shard_spec_, rank, cursor_at_step(shard_spec_, generation_step));
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<std::string> prompt_texts;
+  std::vector<nlohmann::json> rows;
+  for (int64_t row_index : shard.rows) {
+    const PromptRow& row = dataset_.rows[static_cast<size_t>(row_index)];
+    std::string text;
+    if (row.is_chat()) {
+      std::vector<ChatMessage> messages;
+      for (const auto& m : row.messages) messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+      text = apply_chat_template(cfg_.tokenizer.chat_template == "none" ? "chatml" : cfg_.tokenizer.chat_template, messages);
+    } else {
+      text = format_prompt(cfg_.tokenizer.chat_template, cfg_.tokenizer.system_prompt, row.prompt);
+    }
+    prompts.push_back(truncate_prompt_ids(tokenizer_->encode(text), cfg_.data.max_prompt_length, cfg_.data.truncation,
+                                          str(dataset_.path, ":", row.line)));
+    for (int64_t g = 0; g < G; ++g) {
+      prompt_texts.push_back(text);
+      rows.push_back(row.fields);
+    }
+  }
+
+  // sample G completions per prompt in one batched, KV-cached pass
+  SamplingParams params;
+  params.max_new_tokens = cfg_.generation.max_completion_length;
+  params.num_generations = G;
+  params.temperature = cfg_.generation.temperature;
+  params.greedy = cfg_.generation.temperature == 0.0;
+  params.top_k = cfg_.generation.top_k;
+  params.top_p = cfg_.generation.top_p;
+  params.min_p = cfg_.generation.min_p;
+  params.repetition_penalty = cfg_.generation.repetition_penalty;
+  params.eos_ids = cfg_.generation.eos_token_ids.empty() ? tokenizer_->eos_ids() : cfg_.generation.eos_token_ids;
+  params.stop_strings = cfg_.generation.stop_strings;
+  params.pad_id = tokenizer_->pad_id();
+  params.return_logprobs = !needs_old_logps_;
+  torch::Generator generator = make_generator(stream_seed(cfg_.train.seed, rank, generation_step, "sample"));
+  policy_->eval();
+  GenerationOutput out = generate(policy_, prompts, params, generator, tokenizer_.get());
+  policy_->train();
+
+  const int64_t N = out.completion_ids.size(0);
+  for (int64_t i = 0; i < N; ++i) batch.prompt_ids.push_back(prompts[static_cast<size_t>(i / G)]);
+  batch.completion_ids = out.completion_ids.to(torch::kCPU);
+  batch.truncated = out.truncated.to(torch::kCPU).to(torch::kBool);
+  batch.raw_lengths = out.completion_mask.sum(1).to(torch::kInt64).cpu();
+  batch.completion_mask = out.completion_mask.to(torch::kFloat32).cpu();
+  if (cfg_.grpo.mask_truncated_completions)
+    batch.completion_mask = batch.completion_mask * (~batch.truncated).unsqueeze(1).to(torch::kFloat32);
+
+  // rewards of every function, then advantages over the whole global batch (as TRL, which gathers)
+  std::vector<std::string> completion_texts;
+  std::vector<int64_t> completion_counts;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t length = batch.raw_lengths[i].item<int64_t>();
+    auto ids_tensor = batch.completion_ids[i].slice(0, 0, length).contiguous();
+    std::vector<int64_t> ids(ids_tensor.data_ptr<int64_t>(), ids_tensor.data_ptr<int64_t>() + length);
+    completion_texts.push_back(tokenizer_->decode(ids, /*skip_special_tokens=*/true));
+    completion_counts.push_back(length);
+  }
+  const torch::Tensor rewards_per_func = rewards_->score(prompt_texts, completion_texts, completion_counts, rows);
+  const torch::Tensor all_rewards_per_func = torch::cat(comm_->allgather_variable(rewards_per_func), 0);
+  AdvantageSettings adv;
+  adv.num_generations = G;
+  adv.scale_rewards = cfg_.grpo.scale_rewards;
+  adv.multi_objective_aggregation = cfg_.grpo.multi_objective_aggregation;
+  adv.reward_weights = rewards_->weights();
+  const AdvantageResult all = compute_advantages(all_rewards_per_func, adv);
+  const int64_t first_row = [&] {
+    int64_t offset = 0;
+    auto counts = comm_->allgather(torch::tensor({N}, torch::kInt64));
+    for (int r = 0; r < rank; ++r) offset += counts[r][0].item<int64_t>();
+    return offset;
+  }();
+  batch.advantages = all.advantages.slice(0, first_row, first_row + N).to(torch::kFloat32);
+  const torch::Tensor rewards = all.rewards.slice(0, first_row, first_row + N);
+
+  // old log-probs (only when the policy changes within a cycle) and reference log-probs (beta > 0)
+  const PackedBatch packed = pack(batch.prompt_ids, batch.completion_ids, batch.completion_mask, tokenizer_->pad_id());
+  const int64_t T = batch.completion_ids.size(1);
+  torch::Tensor entropies;
+  {
+    torch::NoGradGuard no_grad;
+    if (needs_old_logps_) {
+      LogProbs old = policy_logprobs(policy_, packed, T);
+      batch.old_logps = old.logps.to(torch::kFloat32);
+      entropies = old.entropies.to(torch::kFloat32);
+    } else if (out.logprobs.defined()) {
+      entropies = torch::Tensor();
+    }
+    if (cfg_.grpo.beta > 0) {
+      LogProbs ref = policy_logprobs(reference_, packed, T);
+      batch.ref_logps = ref.logps.to(torch::kFloat32);
+    }
+  }
+  batch.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(batch.completion_mask.sum().item<double>()));
+  finish_generation(batch);
+
+  // global generation metrics under TRL's names
+  {
+    const torch::Tensor all_lengths = torch::cat(comm_->allgather_variable(batch.raw_lengths.to(torch::kFloat64)), 0);
+    const torch::Tensor all_truncated = torch::cat(comm_->allgather_variable(batch.truncated.to(torch::kFloat64)), 0);
+    const torch::Tensor all_prompt_tokens = torch::tensor(
+        {global_sum(*comm_, static_cast<int64_t>(packed.attention_mask.slice(1, 0, packed.prompt_length).sum().item<int64_t>()))});
+    StepMetrics& m = batch.metrics;
+    m["completions/mean_length"] = all_lengths.mean().item<double>();
+    m["completions/min_length"] = all_lengths.min().item<double>();
+    m["completions/max_length"] = all_lengths.max().item<double>();
+    m["completions/clipped_ratio"] = all_truncated.mean().item<double>();
+    m["completions/total_tokens"] = all_lengths.sum().item<double>();
+    num_tokens_ += all_prompt_tokens.item<int64_t>() + static_cast<int64_t>(all_lengths.sum().item<double>());
+    for (size_t k = 0; k < rewards_->names().size(); ++k) {
+      const torch::Tensor column = all_rewards_per_func.select(1, static_cast<int64_t>(k));
+      const torch::Tensor valid = column.masked_select(~torch::isnan(column));
+      m["rewards/" + rewards_->names()[k] + "/mean"] = valid.numel() ? valid.mean().item<double>() : NAN;
+      m["rewards/" + rewards_->names()[k] + "/std"] = valid.numel() > 1 ? valid.std().item<double>() : NAN;
+    }
+    m["reward"] = all.rewards.mean().item<double>();
+    m["reward_std"] = all.group_std.mean().item<double>();
+    m["frac_reward_zero_std"] = all.group_std_is_zero.to(torch::kFloat64).mean().item<double>();
+  }
+
+  // the rollout store: what this rank generated, for mu > 1 reuse, resume and inspection
+  Rollouts r;
+  r.step = generation_step;
+  r.rank = rank;
+  std::vector<int64_t> flat_prompts, prompt_offsets{0}, flat_completion_offsets{0}, group_index;
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& p = batch.prompt_ids[static_cast<size_t>(i)];
+    flat_prompts.insert(flat_prompts.end(), p.begin(), p.end());
+    prompt_offsets.push_back(static_cast<int64_t>(flat_prompts.size()));
+    flat_completion_offsets.push_back(flat_completion_offsets.back() + T);
+    group_index.push_back(shard.rows[static_cast<size_t>(i / G)]);
+  }
+  auto i64 = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); };
+  r.prompt_ids = i64(flat_prompts);
+  r.prompt_offsets = i64(prompt_offsets);
+  // completions are stored unpadded-by-row-length T (every row keeps T positions so tensors realign)
+  r.completion_ids = batch.completion_ids.reshape({-1}).contiguous();
+  r.completion_offsets = i64(flat_completion_offsets);
+  r.group_index = i64(group_index);
+  r.rewards_per_func = rewards_per_func.to(torch::kFloat64);
+  r.rewards = rewards.to(torch::kFloat64);
+  r.advantages = batch.advantages;
+  r.completion_mask = batch.completion_mask.reshape({-1}).to(torch::kBool);
+  r.old_logps = batch.old_logps.defined() ? batch.old_logps.reshape({-1})
+                : out.logprobs.defined()  ? out.logprobs.to(torch::kFloat32).cpu().reshape({-1})
+                                          : torch::Tensor();
+  if (entropies.defined()) r.entropies = entropies.reshape({-1});
+  if (batch.ref_logps.defined()) r.ref_logps = batch.ref_logps.reshape({-1});
+  r.truncated = batch.truncated;
+  RolloutAttrs attrs;
+  attrs.world_size = runtime_.size();
+  attrs.num_generations = G;
+  attrs.reward_names = rewards_->names();
+  attrs.reward_weights = rewards_->weights();
+  attrs.config_hash = config_hash_;
+  attrs.tokenizer_hash = tokenizer_->hash();
+  attrs.tokenizer = cfg_.tokenizer.path.empty() ? (fs::path(cfg_.model.path) / "tokenizer.json").string() : cfg_.tokenizer.path;
+  attrs.numbers["old_logps_are_sampling_logps"] = batch.old_logps.defined() ? 0.0 : 1.0;
+  attrs.numbers["num_items_in_batch"] = static_cast<double>(batch.num_items_in_batch);
+  attrs.numbers["temperature"] = cfg_.generation.temperature;
+  attrs.numbers["beta"] = cfg_.grpo.beta;
+  write_rollouts((output_dir_ / "rollouts").string(), r, attrs);
+  return batch;
+}
+
+// After a resume in the middle of a cycle: the generation is read back, not regenerated.
+GenerationBatch Trainer::reload_generation(int64_t generation_step) {
+  RolloutAttrs attrs;
+  const Rollouts r = read_rollouts((output_dir_ / "rollouts").string(), generation_step, runtime_.rank(), config_hash_,
+                                   tokenizer_->hash(), &attrs);
+  inputCheck(attrs.world_size == runtime_.size(), "the checkpoint was taken in the middle of a generation cycle by ",
+             attrs.world_size, " ranks; resume it with ", attrs.world_size, " ranks (now ", runtime_.size(), ")");
+  GenerationBatch batch;
+  batch.generation_step = generation_step;
+  const int64_t N = r.size();
+  const int64_t T = N > 0 ? r.completion_ids.numel() / N : 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t a = r.prompt_offsets[i].item<int64_t>(), b = r.prompt_offsets[i + 1].item<int64_t>();
+    auto slice = r.prompt_ids.slice(0, a, b).contiguous();
+    batch.prompt_ids.emplace_back(slice.data_ptr<int64_t>(), slice.data_ptr<int64_t>() + (b - a));
+  }
+  batch.completion_ids = r.completion_ids.reshape({N, T});
+  batch.completion_mask = r.completion_mask.reshape({N, T}).to(torch::kFloat32);
+  batch.truncated = r.truncated.to(torch::kBool);
+  batch.raw_lengths = batch.completion_mask.sum(1).to(torch::kInt64);
+  batch.advantages = r.advantages.to(torch::kFloat32);
+  if (needs_old_logps_) batch.old_logps = r.old_logps.reshape({N, T}).to(torch::kFloat32);
+  if (cfg_.grpo.beta > 0) batch.ref_logps = r.ref_logps.reshape({N, T}).to(torch::kFloat32);
+  batch.num_items_in_batch = static_cast<int64_t>(attrs.numbers.at("num_items_in_batch"));
+  finish_generation(batch);
+  return batch;
+}
+
+// The shuffled order in which micro-batches take rows (TRL shuffles the generation batch, then splits).
+void Trainer::finish_generation(GenerationBatch& batch) {
+  const int64_t N = batch.completion_ids.size(0);
+  runtimeCheck(N == cfg_.train.per_device_train_batch_size * steps_per_generation_,
+               "generation produced ", N, " completions, expected ", cfg_.train.per_device_train_batch_size * steps_per_generation_);
+  torch::Generator generator = make_generator(stream_seed(cfg_.train.seed, runtime_.rank(), batch.generation_step, "shuffle"));
+  batch.order = torch::randperm(N, generator, torch::TensorOptions().dtype(torch::kInt64));
+}
+
+// Per-token log-probs and entropies of the completion tokens, through the fused LM-head path (no
+// [B, T, V] logits). Logits are divided by the sampling temperature, as TRL does.
+LogProbs Trainer::policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length) {
+  AutocastScope autocast(cfg_.train.bf16, device_);
+  const torch::Tensor input_ids = packed.input_ids.to(device_);
+  const torch::Tensor attention_mask = packed.attention_mask.to(device_);
+  const torch::Tensor hidden = model->forward_hidden(input_ids, attention_mask);
+  const int64_t L = input_ids.size(1);
+  // position t predicts token t + 1: the completion tokens are predicted by positions P-1 .. L-2
+  const torch::Tensor completion_hidden = hidden.slice(1, L - completion_length - 1, L - 1);
+  const torch::Tensor targets = input_ids.slice(1, L - completion_length, L);
+  const double temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;
+  return fused_logprobs(completion_hidden, model->lm_head_weight(), torch::Tensor(), targets, temperature,
+                        cfg_.grpo.logprob_chunk_size);
+}
+
+// One micro-batch: forward with grad, entropy mask (global threshold), loss, backward.
+StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t micro_index) {
+  const int64_t B = cfg_.train.per_device_train_batch_size;
+  const torch::Tensor rows = batch.order.slice(0, micro_index * B, (micro_index + 1) * B);
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(rows[i].item<int64_t>())]);
+  const torch::Tensor completion_ids = batch.completion_ids.index_select(0, rows);
+  const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
+  const PackedBatch packed = pack(prompts, completion_ids, completion_mask.cpu(), tokenizer_->pad_id());
+
+  LogProbs current = policy_logprobs(policy_, packed, completion_ids.size(1));
+  LossInputs in;
+  in.per_token_logps = current.logps.to(torch::kFloat32);
+  if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
+  if (batch.ref_logps.defined()) in.ref_per_token_logps = batch.ref_logps.index_select(0, rows).to(device_);
+  in.advantages = batch.advantages.index_select(0, rows).to(device_);
+  in.completion_mask = completion_mask;
+  in.entropies = current.entropies.detach().to(torch::kFloat32);
+
+  StepMetrics extra;
+  if (cfg_.grpo.top_entropy_quantile < 1.0) {
+    // the threshold is a quantile over the active tokens of all ranks
+    const torch::Tensor active = in.entropies.masked_select(completion_mask.to(torch::kBool)).contiguous().cpu();
+    const float threshold = global_entropy_threshold(*comm_, active, 1.0 - cfg_.grpo.top_entropy_quantile,
+                                                     cfg_.grpo.entropy_threshold_method);
+    in.entropy_mask = entropy_mask(in.entropies, completion_mask, threshold);
+    extra["entropy_threshold"] = threshold;
+  }
+  LossSettings settings = loss_settings_from_config(cfg_);
+  settings.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
+  settings.num_processes = runtime_.size();
+  LossOutput out = compute_grpo_loss(in, settings);
+  out.loss.backward();
+  StepMetrics m = out.metrics;
+  for (const auto& [k, v] : extra) m[k] = v;
+  return m;
+}
+
+// Average gradients over ranks, clip, AdamW with the scheduled learning rate. Returns the grad norm.
+double Trainer::optimizer_step() {
+  data_parallel_->allreduce_gradients();
+  double grad_norm = NAN;
+  std::vector<torch::Tensor> parameters = policy_->parameters();
+  if (cfg_.optim.max_grad_norm > 0)
+    grad_norm = torch::nn::utils::clip_grad_norm_(parameters, cfg_.optim.max_grad_norm);
+  const double lr = cfg_.optim.learning_rate *
+                    lr_multiplier(cfg_.optim.lr_scheduler_type, optimizer_step_, warmup_steps_, cfg_.train.max_steps);
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  optimizer_->step();
+  optimizer_->zero_grad(true);
+  return grad_norm;
+}
+
+// TRL logs each micro-step's metric averaged over ranks (min/max for the extremes), then the mean
+// over the micro-steps of the optimizer step.
+StepMetrics Trainer::reduce_step_metrics(const std::vector<StepMetrics>& micro_metrics) {
+  StepMetrics sums;
+  std::map<std::string, int64_t> counts;
+  for (const StepMetrics& local : micro_metrics) {
+    for (const auto& [name, value] : local) {
+      double reduced;
+      if (name == "clip_ratio/low_min") reduced = global_min(*comm_, value);
+      else if (name == "clip_ratio/high_max") reduced = global_max(*comm_, value);
+      else reduced = global_sum(*comm_, value) / comm_->size();
+      sums[name] += reduced;
+      counts[name] += 1;
+    }
+  }
+  for (auto& [name, value] : sums) value /= static_cast<double>(counts[name]);
+  return sums;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checkpoints: the model as an HF directory, AdamW state, progress counters, and this rank's
+// accumulated gradients when taken between optimizer steps.
+void Trainer::save(bool at_optimizer_boundary) {
+  if (last_saved_micro_step_ == micro_step_) return;
+  const std::string name = checkpoint_name(optimizer_step_, micro_step_, at_optimizer_boundary);
+  const int rank = runtime_.rank();
+  auto fill_rank0 = [&](const fs::path& dir) {
+    write_hf_files(policy_, tokenizer_.get(), dir);
+    torch::save(*optimizer_, (dir / "optimizer.pt").string());
+    if (cfg_.grpo.sync_ref_model) torch::save(reference_->parameters(), (dir / "reference.pt").string());
+    nlohmann::json state;
+    state["optimizer_step"] = optimizer_step_;
+    state["micro_step"] = micro_step_;
+    state["num_tokens"] = num_tokens_;
+    state["world_size"] = runtime_.size();
+    state["config_hash"] = config_hash_;
+    state["tokenizer_hash"] = tokenizer_->hash();
+    state["seed"] = cfg_.train.seed;
+    const ShardCursor next = cursor_at_step(shard_spec_, micro_step_ / micro_steps_per_generation_cycle_);
+    state["data_cursor"] = {{"epoch", next.epoch}, {"offset", next.offset}};
+    state["generation_step"] = micro_step_ / micro_steps_per_generation_cycle_;
+    state["position_in_cycle"] = {{"iteration", (micro_step_ % micro_steps_per_generation_cycle_) / steps_per_generation_},
+                                  {"micro_batch", micro_step_ % steps_per_generation_}};
+    write_text_atomically(dir / "trainer_state.json", state.dump(2) + "\n");
+  };
+  auto fill_each_rank = [&](const fs::path& dir) {
+    nlohmann::json rank_state;
+    rank_state["rank"] = rank;
+    rank_state["random_streams"] = {{"seed", cfg_.train.seed},
+                                    {"derivation", "fnv1a64(seed/rank/generation_step/purpose), purposes: sample, shuffle"}};
+    rank_state["has_accumulated_gradients"] = !at_optimizer_boundary;
+    write_text_atomically(dir / str("rank-", rank, ".json"), rank_state.dump(2) + "\n");
+    if (!at_optimizer_boundary) {
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : policy_->parameters()) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+      torch::save(grads, (dir / str("grads-rank-", rank, ".pt")).string());
+    }
+  };
+  const fs::path path = save_checkpoint(*comm_, output_dir_ / "checkpoints", name, fill_rank0, fill_each_rank,
+                                        cfg_.checkpoint.keep_last);
+  last_saved_micro_step_ = micro_step_;
+  log_info(str("checkpoint: ", path.string()));
+}
+
+void Trainer::restore(const fs::path& checkpoint) {
+  const nlohmann::json state = nlohmann::json::parse(read_text_file(checkpoint / "trainer_state.json"));
+  optimizer_step_ = state.at("optimizer_step").get<int64_t>();
+  micro_step_ = state.at("micro_step").get<int64_t>();
+  num_tokens_ = state.at("num_tokens").get<int64_t>();
+  const int64_t saved_world = state.at("world_size").get<int64_t>();
+  const bool mid_cycle = micro_step_ % micro_steps_per_generation_cycle_ != 0;
+  const bool mid_accumulation = micro_step_ % cfg_.train.gradient_accumulation_steps != 0;
+  inputCheck(saved_world == runtime_.size() || (!mid_cycle && !mid_accumulation), checkpoint.string(),
+             " was taken by ", saved_world, " ranks in the middle of a generation cycle; resume it with ", saved_world,
+             " ranks (now ", runtime_.size(), ")");
+  inputCheck(state.at("config_hash").get<std::string>() == config_hash_ || !mid_cycle, checkpoint.string(),
+             " was written under another config (config_hash ", state.at("config_hash").get<std::string>(), " vs ",
+             config_hash_, ") in the middle of a generation cycle");
+  inputCheck(micro_step_ <= cfg_.train.max_steps * cfg_.train.gradient_accumulation_steps, checkpoint.string(),
+             " is at step ", optimizer_step_, ", beyond train.max_steps = ", cfg_.train.max_steps);
+  {
+    CausalLM loaded = load_hf_model(checkpoint, policy_->dtype(), device_);
+    torch::NoGradGuard no_grad;
+    auto dst = policy_->parameters();
+    auto src = loaded->parameters();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+  }
+  torch::load(*optimizer_, (checkpoint / "optimizer.pt").string());
+  if (cfg_.grpo.sync_ref_model && fs::exists(checkpoint / "reference.pt")) {
+    std::vector<torch::Tensor> saved;
+    torch::load(saved, (checkpoint / "reference.pt").string());
+    torch::NoGradGuard no_grad;
+    auto dst = reference_->parameters();
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(saved[i]);
+  }
+  if (mid_accumulation) {
+    std::vector<torch::Tensor> grads;
+    torch::load(grads, (checkpoint / str("grads-rank-", runtime_.rank(), ".pt")).string());
+    auto params = policy_->parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i].clone();
+    has_accumulated_grads_ = true;
+  }
+  last_saved_micro_step_ = micro_step_;
+  log_info(str("resumed from ", checkpoint.string(), " at step ", optimizer_step_, " (micro-step ", micro_step_, ")"));
+}
+
+}  // namespace
+
+int run_training(Runtime& runtime, const TrainOptions& options) {
+  Trainer trainer(runtime, options);
+  return trainer.run();
+}
+
+}  // namespace rayless
