@@ -11,6 +11,8 @@
 #include <ATen/autocast_mode.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +165,8 @@ class Trainer {
   int64_t micro_steps_per_generation_cycle_ = 1;  // steps_per_generation * mu
   bool needs_old_logps_ = false;
   int64_t warmup_steps_ = 0;
+  int64_t test_signal_micro_step_ = -1;  // RAYLESS_TEST_SIGNAL_AT_MICRO_STEP
+  int64_t old_logprob_passes_ = 0;       // no-grad passes for old log-probs (reported per step)
 };
 
 Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runtime), options_(options) {
@@ -184,6 +188,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runti
   needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_generation_cycle_ != 0;
   warmup_steps_ = warmup_steps_for(cfg_.optim, cfg_.train.max_steps);
   config_hash_ = config_hash(cfg_);
+  if (const char* at = std::getenv("RAYLESS_TEST_SIGNAL_AT_MICRO_STEP")) test_signal_micro_step_ = std::atoll(at);
 
   dataset_ = load_prompt_dataset(cfg_.data);
   shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
@@ -290,6 +295,8 @@ int Trainer::run() {
       m["learning_rate"] = cfg_.optim.learning_rate *
                            lr_multiplier(cfg_.optim.lr_scheduler_type, optimizer_step_ - 1, warmup_steps_, cfg_.train.max_steps);
       m["num_tokens"] = static_cast<double>(num_tokens_);
+      m["old_logprob_passes"] = static_cast<double>(old_logprob_passes_);  // μ = 1 skips this pass
+      old_logprob_passes_ = 0;
       m["step_time"] = step_time;
       m["time/generation"] = generation_seconds;
       m["time/train"] = train_seconds;
@@ -315,6 +322,9 @@ int Trainer::run() {
           micro_step_ < total_micro_steps)
         save(true);
     }
+
+    // Test hook: raise a real SIGTERM on rank 0 after a given micro-step (resume tests).
+    if (micro_step_ == test_signal_micro_step_ && runtime_.rank() == 0) std::raise(SIGTERM);
 
     // 4. A signal on any rank: all ranks agree here, checkpoint, and stop.
     if (cfg_.checkpoint.save_on_signal && micro_step_ < total_micro_steps &&
@@ -424,6 +434,7 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
     torch::NoGradGuard no_grad;
     if (needs_old_logps_) {
       LogProbs old = policy_logprobs(policy_, packed, T);
+      ++old_logprob_passes_;
       batch.old_logps = old.logps.to(torch::kFloat32);
       entropies = old.entropies.to(torch::kFloat32);
     } else if (out.logprobs.defined()) {

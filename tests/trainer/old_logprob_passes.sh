@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# mu = 1 (one optimizer step per generation) skips the old-log-prob forward pass; mu = 2 runs it once
+# per generation and reuses the stored values (metrics.jsonl counts the passes).
+set -uo pipefail
+rayless=$1
+src=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/rayless-mu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$src"
+mpirun -np 2 --oversubscribe --bind-to none "$rayless" train --config configs/ci-small.toml --output "$work/mu1" \
+  --set grpo.num_iterations=1 --set grpo.steps_per_generation=1 --set train.max_steps=2 > "$work/mu1.log" 2>&1 || { cat "$work/mu1.log"; exit 1; }
+mpirun -np 2 --oversubscribe --bind-to none "$rayless" train --config configs/ci-small.toml --output "$work/mu2" \
+  --set grpo.num_iterations=2 --set grpo.steps_per_generation=1 --set train.max_steps=4 > "$work/mu2.log" 2>&1 || { cat "$work/mu2.log"; exit 1; }
+python3 - "$work" <<'PY'
+import json, sys, glob, os
+def passes(run):
+    return [json.loads(l)["old_logprob_passes"] for l in open(os.path.join(sys.argv[1], run, "metrics.jsonl")) if l.strip()]
+mu1, mu2 = passes("mu1"), passes("mu2")
+print("old-log-prob passes per step: mu=1", mu1, "mu=2", mu2)
+assert sum(mu1) == 0, "mu = 1 must skip the old-log-prob pass"
+assert mu2 == [1, 0, 1, 0], "mu = 2: one pass per generation (steps 1 and 3), reused at steps 2 and 4"
+# the reused generation is read from the store: one step group per generation
+import h5py
+with h5py.File(os.path.join(sys.argv[1], "mu2", "rollouts", "index.h5"), "r") as f:
+    steps = sorted(f.keys())
+    print("store steps:", steps)
+    assert steps == ["step_00000000", "step_00000001"], steps
+    g = f["step_00000000"]["rank_00000"]
+    assert "old_logps" in g and g["old_logps"].shape == g["completion_ids"].shape
+print("PASS")
+PY
