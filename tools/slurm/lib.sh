@@ -1,0 +1,100 @@
+# Shared helpers for the private Slurm scripts and tests (source it; it sets no shell options).
+
+# Directory holding the private cluster's config, state and logs.
+slurm_dir() { printf '%s\n' "${RAYLESS_SLURM_DIR:-/tmp/rayless-slurm}"; }
+
+# True when the cluster in $1 answers and its node is idle (or already running jobs: mixed/allocated).
+slurm_cluster_idle() {
+  local dir=$1 state
+  [ -f "$dir/etc/slurm.conf" ] || return 1
+  state=$(SLURM_CONF=$dir/etc/slurm.conf timeout 10 sinfo -h -N -o '%T' 2>/dev/null | head -n 1) || return 1
+  [[ $state == idle || $state == mixed || $state == allocated ]]
+}
+
+# Prints the tail of every daemon log of the cluster in $1 (for failures).
+slurm_print_logs() {
+  local dir=$1 f
+  for f in "$dir"/log/*.log "$dir"/log/*.out "$dir"/munge/munged.log; do
+    [ -s "$f" ] || continue
+    printf '===== %s (last 40 lines) =====\n' "$f"
+    tail -n 40 "$f"
+  done
+}
+
+# Makes the private cluster usable from this shell, or exits 77 (ctest's skip code) when the test
+# environment did not start it. Tests call this first.
+slurm_require_cluster() {
+  if [ "${RAYLESS_SLURM_UP:-0}" != 1 ]; then
+    echo "SKIP: RAYLESS_SLURM_UP is not set (tools/test.sh starts the local Slurm and sets it)"
+    exit 77
+  fi
+  local dir
+  dir=$(slurm_dir)
+  if [ ! -f "$dir/env" ]; then
+    echo "FAIL: RAYLESS_SLURM_UP=1 but $dir/env is missing (did tools/slurm/start.sh run?)" >&2
+    exit 1
+  fi
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  export SLURM_CONF
+  if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+}
+
+# One field of `scontrol show job` (e.g. JobState, Restarts, ExitCode), empty when unknown.
+slurm_job_field() {
+  local job=$1 field=$2
+  scontrol -o show job "$job" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$field=//p" | head -n 1
+}
+
+# Waits until job $1 reaches a final state (at most $2 seconds) and prints that state. `sbatch
+# --wait` polls slowly and has returned 0 for a job killed by its time limit, so poll scontrol.
+# REQUEUED / PENDING after a requeue are not final: the job will run again.
+slurm_wait_job() {
+  local job=$1 limit=$2 waited=0 state
+  while :; do
+    state=$(slurm_job_field "$job" JobState)
+    case $state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
+        printf '%s\n' "$state"
+        return 0
+        ;;
+    esac
+    if ((waited >= limit)); then
+      printf 'WAIT_TIMEOUT(%s)\n' "${state:-unknown}"
+      return 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+}
+
+# Waits until job $1 is RUNNING (at most $2 seconds).
+slurm_wait_running() {
+  local job=$1 limit=$2 waited=0
+  while [ "$(slurm_job_field "$job" JobState)" != RUNNING ]; do
+    ((waited >= limit)) && return 1
+    sleep 1
+    waited=$((waited + 1))
+  done
+}
+
+# Prints a job's record, its output files and the daemon logs (for failures).
+slurm_report_job() {
+  local job=$1 f
+  echo "===== scontrol show job $job ====="
+  scontrol show job "$job" 2>&1 || true
+  shift
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    printf '===== %s =====\n' "$f"
+    tail -n 60 "$f"
+  done
+  slurm_print_logs "$(slurm_dir)"
+}
+
+# True when `rayless train` is implemented in binary $1 (the placeholder fails on --help).
+rayless_trainer_available() {
+  "$1" train --help >/dev/null 2>&1
+}

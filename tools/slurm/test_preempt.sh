@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# ctest "slurm: preemption": an uninterrupted run (slurm/cpu.sbatch) and a preempted one
+# (slurm/preemptible.sbatch, sent `scancel --batch --signal=USR1` after its first step) must end in
+# the same final model.safetensors. The preempted job must checkpoint (exit 3), requeue itself, run
+# again with SLURM_RESTART_COUNT=1 and --resume auto, and end COMPLETED with Restarts=1.
+#   test_preempt.sh RAYLESS_BINARY WORK_DIR [--fake]
+# --fake uses tools/slurm/fake_train.sh (requeue mechanics without the trainer). While `rayless
+# train --help` fails, the real test reports "trainer not available" and is skipped (exit 77), or
+# fails when RAYLESS_REQUIRE_TRAINER=1. Knobs: RAYLESS_TEST_CONFIG (configs/ci-small.toml),
+# RAYLESS_TEST_PREEMPT_STEPS (4), RAYLESS_TEST_TIMEOUT (seconds per job, 400).
+set -uo pipefail
+root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$root_dir/tools/slurm/lib.sh"
+bin=${1:?usage: test_preempt.sh RAYLESS_BINARY WORK_DIR [--fake]}
+work=${2:?usage: test_preempt.sh RAYLESS_BINARY WORK_DIR [--fake]}
+fake=0
+[ "${3:-}" = --fake ] && fake=1
+slurm_require_cluster
+steps=${RAYLESS_TEST_PREEMPT_STEPS:-4}
+if [ $fake = 1 ]; then
+  bin=$root_dir/tools/slurm/fake_train.sh
+  export FAKE_STEP_SECONDS=1
+  steps=6
+elif ! rayless_trainer_available "$bin"; then
+  echo "trainer not available: '$bin train --help' fails (rayless train is not built yet)"
+  [ "${RAYLESS_REQUIRE_TRAINER:-0}" = 1 ] && exit 1
+  exit 77
+fi
+config=${RAYLESS_TEST_CONFIG:-$root_dir/configs/ci-small.toml}
+limit=${RAYLESS_TEST_TIMEOUT:-400}
+rm -rf "$work" && mkdir -p "$work"
+job=""
+fail() {
+  echo "FAIL: $*" >&2
+  [ -n "$job" ] && slurm_report_job "$job" "$work"/*.out "$work"/*/fake-rank-*.log >&2
+  exit 1
+}
+export RAYLESS_BIN=$bin RAYLESS_CONFIG=$config
+
+# 1. the reference: no interruption
+job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/reference \
+        sbatch --parsable --output="$work/reference-%j.out" slurm/cpu.sbatch --set "train.max_steps=$steps") \
+  || fail "sbatch slurm/cpu.sbatch failed"
+job=${job%%;*}
+state=$(slurm_wait_job "$job" "$limit")
+echo "reference job $job ended $state"
+[ "$state" = COMPLETED ] || fail "reference job $job ended $state"
+
+# 2. the preempted run
+job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/preempted \
+        sbatch --parsable --output="$work/preempted-%j.out" slurm/preemptible.sbatch --set "train.max_steps=$steps") \
+  || fail "sbatch slurm/preemptible.sbatch failed"
+job=${job%%;*}
+log=$work/preempted-$job.out
+slurm_wait_running "$job" 120 || fail "job $job did not start"
+# signal once the first step is logged, so that the checkpoint falls mid-run
+for ((i = 0; i < limit; i++)); do
+  [ -s "$work/preempted/metrics.jsonl" ] && break
+  [ "$(slurm_job_field "$job" JobState)" = RUNNING ] || break
+  sleep 1
+done
+[ -s "$work/preempted/metrics.jsonl" ] || fail "no step was logged to $work/preempted/metrics.jsonl"
+echo "first step logged: scancel --batch --signal=USR1 $job"
+scancel --batch --signal=USR1 "$job" || fail "scancel --batch --signal=USR1 failed"
+state=$(slurm_wait_job "$job" "$limit")
+echo "preempted job $job ended $state"
+cat "$log"
+[ "$state" = COMPLETED ] || fail "preempted job $job ended $state, expected COMPLETED"
+restarts=$(slurm_job_field "$job" Restarts)
+[ "$restarts" = 1 ] || fail "job $job restarted $restarts times, expected 1 (signal too late? raise RAYLESS_TEST_PREEMPT_STEPS)"
+grep -q 'training step exited with code 3' "$log" || fail "the first run did not exit with code 3 (checkpointed)"
+grep -q 'restart 1,' "$log" || fail "the second run did not see SLURM_RESTART_COUNT=1"
+grep -q -- '--resume auto' "$log" || fail "the second run was not given --resume auto"
+
+final=$(printf 'checkpoints/step-%08d/model.safetensors' "$steps")
+[ -s "$work/reference/$final" ] || fail "reference has no $final"
+[ -s "$work/preempted/$final" ] || fail "preempted run has no $final"
+cmp "$work/reference/$final" "$work/preempted/$final" \
+  || fail "resumed run's $final differs from the uninterrupted run's"
+echo "PASS: checkpoint on SIGUSR1, requeue, resume; final $final identical to the uninterrupted run"
