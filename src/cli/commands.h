@@ -14,6 +14,7 @@ int version(const Args& args);   // cmd_version.cpp
 int generate(const Args& args);  // cmd_generate.cpp
 int inspect(const Args& args);   // cmd_inspect.cpp
 int bench(const Args& args);     // cmd_bench.cpp: dispatches to the bench_* below
+int init_model(const Args& args);  // cmd_init_model.cpp: seeded HF model directory from a config.json
 
 // rayless bench <name>: one file each
 int bench_logprobs(const Args& args);   // bench_logprobs.cpp

@@ -20,11 +20,12 @@ const Command kCommands[] = {
     {"config", rayless::cli::config, "check or show a config file"},
     {"bench", rayless::cli::bench, "micro-benchmarks (logprobs, threshold, model, rollouts)"},
     {"version", rayless::cli::version, "versions of rayless and its libraries"},
+    {"init-model", rayless::cli::init_model, "seeded HF model directory from a config.json (benchmarks)"},
 };
 
 void usage(std::ostream& out) {
   out << "usage: rayless <command> [options]   (rayless <command> --help for details)\n\ncommands:\n";
-  for (const Command& c : kCommands) out << "  " << c.name << std::string(10 - std::string(c.name).size(), ' ') << c.summary << "\n";
+  for (const Command& c : kCommands) out << "  " << c.name << std::string(12 - std::string(c.name).size(), ' ') << c.summary << "\n";
 }
 
 }  // namespace

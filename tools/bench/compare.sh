@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# rayless vs TRL's GRPOTrainer, side by side on one shared setup (CPU). The one command behind the
+# "rayless vs TRL" section of docs/benchmarks.md:
+#
+#   tools/bench/compare.sh [--threads N] [--sizes tiny,small] [--mus 1,4] [--tools trl,rayless-1,rayless-2]
+#
+# It creates .venv-trl (trl, transformers, torch==2.13.0 CPU, matplotlib) when missing, builds
+# rayless when missing, writes the shared models with `rayless init-model`, runs every combination
+# (tiny ~5M and small ~53M parameters; mu = 1 and 4; TRL, rayless 1 rank, rayless 2 ranks), and writes
+# runs/bench/results.json, runs/bench/table.md and docs/img/bench_trl_reward.png.
+# Environment: RAYLESS_BIN (a built rayless; default $RAYLESS_BUILD_DIR/rayless, RAYLESS_BUILD_DIR
+# defaults to build), BENCH_OUT (default runs/bench), BENCH_PLOT (default docs/img/bench_trl_reward.png).
+# About 15-20 minutes on 2 idle cores.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+say() { printf 'bench: %s\n' "$*"; }
+
+venv=.venv-trl
+if ! "$venv/bin/python" -c 'import trl, transformers, matplotlib' 2>/dev/null; then
+  say "creating $venv (trl, transformers, torch==2.13.0, matplotlib)"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q trl transformers torch==2.13.0 matplotlib 2>&1 | grep -v '^WARNING: Location' || true
+  "$venv/bin/python" -c 'import trl, transformers, matplotlib' || { say "error: pip install into $venv failed"; exit 2; }
+fi
+
+build_dir=${RAYLESS_BUILD_DIR:-build}
+rayless=${RAYLESS_BIN:-$build_dir/rayless}
+if [ ! -x "$rayless" ]; then
+  say "building rayless in $build_dir"
+  if [ -f "$build_dir/CMakeCache.txt" ]; then
+    cmake --build "$build_dir" --target rayless -j2
+  else
+    RAYLESS_BUILD_DIR=$build_dir ./tools/setup.sh
+  fi
+fi
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+out=${BENCH_OUT:-runs/bench}
+plot=${BENCH_PLOT:-docs/img/bench_trl_reward.png}
+say "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$venv/bin/python" tools/bench/compare.py run --out "$out" --rayless "$rayless" "$@"
+"$venv/bin/python" tools/bench/compare.py report --out "$out" --plot "$plot"
+say "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
