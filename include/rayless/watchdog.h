@@ -1,0 +1,57 @@
+// The collective watchdog: every collective runs inside a CollectiveGuard; a background thread
+// checks the deadline, and a collective that has not finished within `distributed.collective_timeout_s`
+// prints which collective, step and rank stalled and aborts the job (MPI_Abort), so a rank that never
+// arrives (a bug, a crashed peer, a branch on local data) ends the job instead of hanging it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace rayless {
+
+// Process-wide; the thread starts on the first start() and stops at stop() or process exit.
+class Watchdog {
+ public:
+  static Watchdog& instance();
+
+  // timeout_s <= 0 disables the deadline (guards still record names). Safe to call again to change it.
+  void start(double timeout_s, int rank);
+  void stop();
+  double timeout_s() const;
+
+  // The trainer's current optimizer step, printed in the stall message.
+  void set_step(int64_t step);
+  int64_t step() const;
+
+  // What happens on a stall (default: print the message as "rayless: error: ..." and MPI_Abort(1)).
+  // Tests replace it to observe the message without ending the process.
+  using StallHandler = std::function<void(const std::string& message)>;
+  void set_stall_handler(StallHandler handler);
+  void reset_stall_handler();
+
+  // Called by CollectiveGuard.
+  void enter(const char* collective);
+  void leave();
+
+  ~Watchdog();
+
+ private:
+  Watchdog() = default;
+  struct State;
+  State* state_ = nullptr;
+  State& state();
+};
+
+// RAII: the collective `name` is in flight while this lives. Nested guards: the innermost counts.
+class CollectiveGuard {
+ public:
+  explicit CollectiveGuard(const char* name) { Watchdog::instance().enter(name); }
+  ~CollectiveGuard() { Watchdog::instance().leave(); }
+  CollectiveGuard(const CollectiveGuard&) = delete;
+  CollectiveGuard& operator=(const CollectiveGuard&) = delete;
+};
+
+// The step setter the trainer calls once per optimizer step.
+inline void set_watchdog_step(int64_t step) { Watchdog::instance().set_step(step); }
+
+}  // namespace rayless

@@ -1,0 +1,190 @@
+// The MPI backend (CPU tensors, host metadata) and the single-process backend.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "rayless/comm.h"
+#include "rayless/error.h"
+#include "rayless/watchdog.h"
+
+namespace rayless {
+
+namespace {
+
+// MPI counts are int: larger buffers go in pieces of this many elements
+constexpr int64_t kMaxChunk = int64_t{1} << 30;
+
+MPI_Datatype mpi_type_for(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return MPI_FLOAT;
+    case torch::kFloat64: return MPI_DOUBLE;
+    case torch::kInt64: return MPI_INT64_T;
+    case torch::kInt32: return MPI_INT32_T;
+    case torch::kInt16: return MPI_INT16_T;
+    case torch::kInt8: return MPI_INT8_T;
+    case torch::kUInt8: return MPI_UINT8_T;
+    case torch::kBool: return MPI_C_BOOL;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op_for(ReduceOp op, torch::ScalarType dtype) {
+  if (dtype == torch::kBool) return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;  // sum of flags = any
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+void check_mpi(int rc, const char* what) { runtimeCheck(rc == MPI_SUCCESS, "MPI ", what, " failed with code ", rc); }
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) {
+    MPI_Comm_dup(comm, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+
+  void allreduce(torch::Tensor& tensor, ReduceOp op) override {
+    check_cpu(tensor, "allreduce");
+    if (tensor.scalar_type() == torch::kBFloat16 || tensor.scalar_type() == torch::kHalf) {
+      // no MPI type for 16-bit floats: reduce in float32 (as exact or better), round once at the end
+      torch::Tensor wide = tensor.to(torch::kFloat32);
+      allreduce(wide, op);
+      tensor.copy_(wide);
+      return;
+    }
+    MPI_Datatype type = mpi_type_for(tensor.scalar_type());
+    runtimeCheck(type != MPI_DATATYPE_NULL, "allreduce: unsupported dtype ", tensor.scalar_type());
+    CollectiveGuard guard("allreduce");
+    torch::Tensor buffer = tensor.contiguous();
+    auto* data = static_cast<char*>(buffer.data_ptr());
+    const int64_t element = buffer.element_size();
+    for (int64_t start = 0; start < buffer.numel(); start += kMaxChunk) {
+      int count = static_cast<int>(std::min(kMaxChunk, buffer.numel() - start));
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + start * element, count, type,
+                              mpi_op_for(op, tensor.scalar_type()), comm_),
+                "allreduce");
+    }
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  void broadcast(torch::Tensor& tensor, int root) override {
+    check_cpu(tensor, "broadcast");
+    runtimeCheck(root >= 0 && root < size_, "broadcast: root ", root, " out of range");
+    CollectiveGuard guard("broadcast");
+    torch::Tensor buffer = tensor.contiguous();
+    auto* data = static_cast<char*>(buffer.data_ptr());
+    const int64_t bytes = buffer.numel() * buffer.element_size();
+    for (int64_t start = 0; start < bytes; start += kMaxChunk) {
+      int count = static_cast<int>(std::min(kMaxChunk, bytes - start));
+      check_mpi(MPI_Bcast(data + start, count, MPI_BYTE, root, comm_), "broadcast");
+    }
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  torch::Tensor allgather(const torch::Tensor& tensor) override {
+    check_cpu(tensor, "allgather");
+    CollectiveGuard guard("allgather");
+    torch::Tensor input = tensor.contiguous();
+    std::vector<int64_t> shape{size_};
+    for (int64_t d : input.sizes()) shape.push_back(d);
+    torch::Tensor output = torch::empty(shape, input.options());
+    runtimeCheck(input.numel() <= INT_MAX, "allgather: ", input.numel(), " elements per rank is too many for one MPI call");
+    // elements move as opaque fixed-size records: every dtype (bf16 too) is just bytes here
+    MPI_Datatype record;
+    MPI_Type_contiguous(static_cast<int>(input.element_size()), MPI_BYTE, &record);
+    MPI_Type_commit(&record);
+    int rc = MPI_Allgather(input.data_ptr(), static_cast<int>(input.numel()), record, output.data_ptr(),
+                           static_cast<int>(input.numel()), record, comm_);
+    MPI_Type_free(&record);
+    check_mpi(rc, "allgather");
+    return output;
+  }
+
+  std::vector<torch::Tensor> allgather_variable(const torch::Tensor& tensor) override {
+    check_cpu(tensor, "allgather_variable");
+    CollectiveGuard guard("allgather_variable");
+    runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
+    // counts first (one pair per rank: rows and elements per row), so the padding is dropped by
+    // known counts, never by sentinel values
+    const int64_t rows = tensor.size(0);
+    torch::Tensor meta = torch::tensor({rows, row_numel_of(tensor)}, torch::kInt64);
+    torch::Tensor all_meta = allgather(meta);
+    auto m = all_meta.accessor<int64_t, 2>();
+    int64_t max_rows = 0;
+    for (int r = 0; r < size_; ++r) {
+      max_rows = std::max(max_rows, m[r][0]);
+      runtimeCheck(m[r][1] == m[0][1], "allgather_variable: rank ", r, " has ", m[r][1],
+                   " elements per row, rank 0 has ", m[0][1], " (all dimensions but the first must agree)");
+    }
+    std::vector<torch::Tensor> result;
+    std::vector<int64_t> padded_shape(tensor.sizes().begin(), tensor.sizes().end());
+    if (max_rows == 0) {
+      for (int r = 0; r < size_; ++r) result.push_back(torch::empty(padded_shape, tensor.options()));
+      return result;
+    }
+    padded_shape[0] = max_rows;
+    torch::Tensor padded = torch::empty(padded_shape, tensor.options());
+    if (rows > 0) padded.narrow(0, 0, rows).copy_(tensor);
+    torch::Tensor gathered = allgather(padded);
+    for (int r = 0; r < size_; ++r) result.push_back(gathered[r].narrow(0, 0, m[r][0]));
+    return result;
+  }
+
+  void barrier() override {
+    CollectiveGuard guard("barrier");
+    check_mpi(MPI_Barrier(comm_), "barrier");
+  }
+
+ private:
+  static int64_t row_numel_of(const torch::Tensor& tensor) {
+    int64_t n = 1;
+    for (int64_t d = 1; d < tensor.dim(); ++d) n *= tensor.size(d);
+    return n;
+  }
+  static void check_cpu(const torch::Tensor& tensor, const char* what) {
+    runtimeCheck(tensor.defined() && tensor.device().is_cpu(), what,
+                 ": the MPI backend takes CPU tensors (use the NCCL backend for CUDA tensors)");
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend_name() const override { return "single"; }
+  void allreduce(torch::Tensor&, ReduceOp) override {}
+  void broadcast(torch::Tensor&, int root) override {
+    runtimeCheck(root == 0, "broadcast: root ", root, " out of range for one process");
+  }
+  torch::Tensor allgather(const torch::Tensor& tensor) override { return tensor.unsqueeze(0).clone(); }
+  std::vector<torch::Tensor> allgather_variable(const torch::Tensor& tensor) override {
+    runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
+    return {tensor.clone()};
+  }
+  void barrier() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) { return std::make_unique<MpiCommunicator>(comm); }
+std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
+
+}  // namespace rayless

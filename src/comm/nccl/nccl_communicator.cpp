@@ -1,0 +1,175 @@
+// NCCL collectives on CUDA tensors. Only the CUDA runtime API, NCCL and ATen headers are used (the
+// c10/cuda stream headers are incomplete in CPU LibTorch builds), so collectives run on the legacy
+// default stream, which LibTorch also uses unless a program sets another current stream: ordering
+// with the kernels that produced the data is implicit. Each collective is synchronised before it
+// returns, inside the watchdog's guard, so a stalled peer is caught like with MPI.
+#include "comm/nccl/nccl_communicator.h"
+
+#include <ATen/ATen.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "rayless/error.h"
+#include "rayless/watchdog.h"
+
+namespace rayless {
+
+namespace {
+
+void check_nccl(ncclResult_t result, const char* what) {
+  runtimeCheck(result == ncclSuccess, "NCCL ", what, " failed: ", ncclGetErrorString(result));
+}
+void check_cuda(cudaError_t result, const char* what) {
+  runtimeCheck(result == cudaSuccess, "CUDA ", what, " failed: ", cudaGetErrorString(result));
+}
+
+bool nccl_type_for(at::ScalarType dtype, ncclDataType_t& type) {
+  switch (dtype) {
+    case at::kFloat: type = ncclFloat32; return true;
+    case at::kDouble: type = ncclFloat64; return true;
+    case at::kHalf: type = ncclFloat16; return true;
+    case at::kBFloat16: type = ncclBfloat16; return true;
+    case at::kLong: type = ncclInt64; return true;
+    case at::kInt: type = ncclInt32; return true;
+    case at::kChar: type = ncclInt8; return true;
+    case at::kByte: type = ncclUint8; return true;
+    case at::kBool: type = ncclUint8; return true;
+    default: return false;
+  }
+}
+
+ncclRedOp_t nccl_op_for(ReduceOp op, at::ScalarType dtype) {
+  if (dtype == at::kBool) return op == ReduceOp::Min ? ncclMin : ncclMax;  // sum of flags = any
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm comm, int device_index) : host_(make_mpi_communicator(comm)), device_(device_index) {
+    rank_ = host_->rank();
+    size_ = host_->size();
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    ncclUniqueId id;
+    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    // the id is host bytes: it travels over MPI, the one channel every rank already shares
+    at::Tensor id_bytes = at::empty({static_cast<int64_t>(sizeof id)}, at::kByte);
+    if (rank_ == 0) std::memcpy(id_bytes.data_ptr(), &id, sizeof id);
+    host_->broadcast(id_bytes, 0);
+    std::memcpy(&id, id_bytes.data_ptr(), sizeof id);
+    CollectiveGuard guard("ncclCommInitRank");
+    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+  }
+  ~NcclCommunicator() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "nccl"; }
+
+  void allreduce(at::Tensor& tensor, ReduceOp op) override {
+    if (!tensor.is_cuda()) return host_->allreduce(tensor, op);
+    ncclDataType_t type;
+    runtimeCheck(nccl_type_for(tensor.scalar_type(), type), "allreduce: unsupported dtype ", tensor.scalar_type());
+    at::Tensor buffer = tensor.contiguous();
+    CollectiveGuard guard("allreduce (nccl)");
+    check_nccl(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), type,
+                             nccl_op_for(op, tensor.scalar_type()), comm_, stream()),
+               "allreduce");
+    synchronize();
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    if (!tensor.is_cuda()) return host_->broadcast(tensor, root);
+    at::Tensor buffer = tensor.contiguous();
+    CollectiveGuard guard("broadcast (nccl)");
+    check_nccl(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel() * buffer.element_size(), ncclUint8,
+                             root, comm_, stream()),
+               "broadcast");
+    synchronize();
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  at::Tensor allgather(const at::Tensor& tensor) override {
+    if (!tensor.is_cuda()) return host_->allgather(tensor);
+    at::Tensor input = tensor.contiguous();
+    std::vector<int64_t> shape{size_};
+    for (int64_t d : input.sizes()) shape.push_back(d);
+    at::Tensor output = at::empty(shape, input.options());
+    CollectiveGuard guard("allgather (nccl)");
+    // bytes: every dtype moves unchanged
+    check_nccl(ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel() * input.element_size(), ncclUint8,
+                             comm_, stream()),
+               "allgather");
+    synchronize();
+    return output;
+  }
+
+  std::vector<at::Tensor> allgather_variable(const at::Tensor& tensor) override {
+    if (!tensor.is_cuda()) return host_->allgather_variable(tensor);
+    runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
+    // counts over MPI (host integers), the padded data over NCCL, padding dropped by the counts
+    int64_t row_numel = 1;
+    for (int64_t d = 1; d < tensor.dim(); ++d) row_numel *= tensor.size(d);
+    at::Tensor meta = at::empty({2}, at::kLong);
+    meta[0].fill_(tensor.size(0));
+    meta[1].fill_(row_numel);
+    at::Tensor all_meta = host_->allgather(meta);
+    int64_t max_rows = 0;
+    for (int r = 0; r < size_; ++r) {
+      max_rows = std::max(max_rows, all_meta[r][0].item<int64_t>());
+      runtimeCheck(all_meta[r][1].item<int64_t>() == row_numel, "allgather_variable: rank ", r,
+                   " has another row size (all dimensions but the first must agree)");
+    }
+    std::vector<at::Tensor> result;
+    std::vector<int64_t> shape(tensor.sizes().begin(), tensor.sizes().end());
+    if (max_rows == 0) {
+      for (int r = 0; r < size_; ++r) result.push_back(at::empty(shape, tensor.options()));
+      return result;
+    }
+    shape[0] = max_rows;
+    at::Tensor padded = at::empty(shape, tensor.options());
+    if (tensor.size(0) > 0) padded.narrow(0, 0, tensor.size(0)).copy_(tensor);
+    at::Tensor gathered = allgather(padded);
+    for (int r = 0; r < size_; ++r) result.push_back(gathered[r].narrow(0, 0, all_meta[r][0].item<int64_t>()));
+    return result;
+  }
+
+  void barrier() override {
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    host_->barrier();
+  }
+
+ private:
+  static cudaStream_t stream() { return cudaStreamLegacy; }
+  void synchronize() { check_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
+
+  std::unique_ptr<Communicator> host_;
+  int device_ = 0;
+  int rank_ = 0, size_ = 1;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int device_index) {
+  return std::make_unique<NcclCommunicator>(comm, device_index);
+}
+
+std::string nccl_version_string() {
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) return "unknown";
+  // since NCCL 2.9 the code is major * 10000 + minor * 100 + patch
+  return str(version / 10000, ".", (version / 100) % 100, ".", version % 100);
+}
+
+}  // namespace rayless
