@@ -1,0 +1,75 @@
+// The GRPO policy loss of one micro-batch and its metrics, number for number as TRL's
+// GRPOTrainer._compute_loss (see docs/grpo.md for the formulas and each loss type's normalisation).
+//
+//   LossSettings settings = loss_settings_from_config(config, num_processes);
+//   LossInputs in{logps, old_logps, ref_logps, advantages, completion_mask, entropies, entropy_mask};
+//   in.num_items_in_batch = global active tokens of the whole generation batch (dapo, cispo);
+//   LossOutput out = compute_loss(in, settings);
+//   out.loss.backward();
+//
+// Metrics come back as parts (sums and counts, minima and maxima of this rank) so the trainer can
+// reduce them across ranks; LossOutput::metrics() gives the single-process values under TRL's names:
+// kl, entropy, clip_ratio/low_mean, clip_ratio/high_mean, clip_ratio/region_mean, clip_ratio/low_min,
+// clip_ratio/high_max (and cispo_clip_ratio for cispo).
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace rayless {
+
+struct Config;
+
+struct LossSettings {
+  std::string loss_type = "dapo";                  // grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo
+  std::string importance_sampling_level = "token"; // token | sequence (GSPO)
+  double epsilon_low = 0.2;                         // ratio clipped below at 1 - epsilon_low
+  double epsilon_high = 0.2;                        // above at 1 + epsilon_high; cispo: ratio capped at epsilon_high
+  std::optional<double> delta;                      // upper cap on the unclipped ratio (two-sided clipping)
+  double beta = 0.0;                                // k3 KL coefficient; needs ref_per_token_logps when != 0
+  int64_t max_completion_length = 0;                // dr_grpo's normaliser
+  int64_t gradient_accumulation_steps = 1;          // grpo/bnpo/dr_grpo/sapo/luspo divide by it
+  int64_t num_processes = 1;                        // dapo/cispo: num_items_in_batch / num_processes
+  double sapo_temperature_pos = 1.0;
+  double sapo_temperature_neg = 1.05;
+};
+
+// From the [grpo]/[generation]/[train] keys; num_processes = world size.
+LossSettings loss_settings_from_config(const Config& config, int64_t num_processes);
+// InputError naming the key when a name is unknown or a value out of range.
+void check_loss_settings(const LossSettings& settings);
+
+struct LossInputs {
+  torch::Tensor per_token_logps;      // [B, T], requires grad
+  torch::Tensor old_per_token_logps;  // [B, T] or undefined (then per_token_logps.detach(): on-policy)
+  torch::Tensor ref_per_token_logps;  // [B, T]; required when beta != 0
+  torch::Tensor advantages;           // [B]
+  torch::Tensor completion_mask;      // [B, T], nonzero = active token
+  torch::Tensor entropies;            // [B, T] or undefined (then no "entropy" metric)
+  torch::Tensor entropy_mask;         // [B, T] bool or undefined (top_entropy_quantile = 1)
+  double num_items_in_batch = 0;      // dapo/cispo: global active completion tokens of the generation batch
+};
+
+// A mean metric as its parts: global value = sum over ranks of sum / max(sum over ranks of count, 1).
+struct MeanPart {
+  double sum = 0;
+  double count = 0;
+  double value() const { return sum / (count < 1 ? 1 : count); }
+};
+
+struct LossOutput {
+  torch::Tensor loss;  // scalar, differentiable w.r.t. per_token_logps
+  std::map<std::string, MeanPart> means;  // kl, entropy, clip_ratio/{low,high,region}_mean, cispo_clip_ratio
+  // clip_ratio/low_min and clip_ratio/high_max: min / max over completions with active tokens of the
+  // per-completion clipped fraction; NaN when this rank has none (reduce with a NaN-ignoring min/max)
+  std::map<std::string, double> minima;
+  std::map<std::string, double> maxima;
+  std::map<std::string, double> metrics() const;  // single-process values
+};
+
+LossOutput compute_loss(const LossInputs& inputs, const LossSettings& settings);
+
+}  // namespace rayless

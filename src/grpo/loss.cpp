@@ -1,0 +1,167 @@
+#include "rayless/grpo/loss.h"
+
+#include <cmath>
+#include <limits>
+
+#include "rayless/config.h"
+#include "rayless/error.h"
+
+namespace rayless {
+
+namespace {
+
+bool is_clipped_family(const std::string& loss_type) {
+  return loss_type == "grpo" || loss_type == "bnpo" || loss_type == "dr_grpo" || loss_type == "dapo" ||
+         loss_type == "luspo";
+}
+
+void check_same_shape(const torch::Tensor& tensor, const torch::Tensor& like, const char* name) {
+  inputCheck(tensor.sizes() == like.sizes(), "loss: ", name, " has shape ", tensor.sizes(), " but per_token_logps has ",
+             like.sizes());
+}
+
+}  // namespace
+
+void check_loss_settings(const LossSettings& s) {
+  inputCheck(s.loss_type == "sapo" || s.loss_type == "cispo" || is_clipped_family(s.loss_type),
+             "grpo.loss_type: unknown value \"", s.loss_type, "\" (grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo)");
+  inputCheck(s.importance_sampling_level == "token" || s.importance_sampling_level == "sequence",
+             "grpo.importance_sampling_level: unknown value \"", s.importance_sampling_level, "\" (token | sequence)");
+  inputCheck(s.gradient_accumulation_steps >= 1, "train.gradient_accumulation_steps must be >= 1");
+  inputCheck(s.num_processes >= 1, "loss: num_processes must be >= 1");
+  inputCheck(s.loss_type != "dr_grpo" || s.max_completion_length >= 1,
+             "generation.max_completion_length must be >= 1 for loss_type dr_grpo");
+}
+
+LossSettings loss_settings_from_config(const Config& config, int64_t num_processes) {
+  LossSettings s;
+  s.loss_type = config.grpo.loss_type;
+  s.importance_sampling_level = config.grpo.importance_sampling_level;
+  s.epsilon_low = config.grpo.epsilon;
+  s.epsilon_high = config.effective_epsilon_high();
+  if (config.grpo.delta > 0) s.delta = config.grpo.delta;
+  s.beta = config.grpo.beta;
+  s.max_completion_length = config.generation.max_completion_length;
+  s.gradient_accumulation_steps = config.train.gradient_accumulation_steps;
+  s.num_processes = num_processes;
+  s.sapo_temperature_pos = config.grpo.sapo_temperature_pos;
+  s.sapo_temperature_neg = config.grpo.sapo_temperature_neg;
+  check_loss_settings(s);
+  return s;
+}
+
+std::map<std::string, double> LossOutput::metrics() const {
+  std::map<std::string, double> out;
+  for (const auto& [name, part] : means) out[name] = part.value();
+  for (const auto& [name, value] : minima) out[name] = value;
+  for (const auto& [name, value] : maxima) out[name] = value;
+  return out;
+}
+
+LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
+  check_loss_settings(s);
+  const auto& logps = in.per_token_logps;
+  inputCheck(logps.defined() && logps.dim() == 2, "loss: per_token_logps must be [B, T]");
+  inputCheck(logps.is_floating_point(), "loss: per_token_logps must be floating point");
+  const int64_t batch = logps.size(0);
+  inputCheck(in.completion_mask.defined(), "loss: completion_mask is missing");
+  check_same_shape(in.completion_mask, logps, "completion_mask");
+  if (in.old_per_token_logps.defined()) check_same_shape(in.old_per_token_logps, logps, "old_per_token_logps");
+  if (in.entropies.defined()) check_same_shape(in.entropies, logps, "entropies");
+  if (in.entropy_mask.defined()) check_same_shape(in.entropy_mask, logps, "entropy_mask");
+  inputCheck(in.advantages.defined() && in.advantages.dim() == 1 && in.advantages.size(0) == batch,
+             "loss: advantages must be [", batch, "], got shape ",
+             in.advantages.defined() ? in.advantages.sizes() : torch::IntArrayRef{});
+  if (s.beta != 0.0) {
+    inputCheck(in.ref_per_token_logps.defined(), "loss: beta = ", s.beta, " needs ref_per_token_logps");
+    check_same_shape(in.ref_per_token_logps, logps, "ref_per_token_logps");
+  }
+
+  const auto dtype = logps.scalar_type();
+  auto mask = in.completion_mask.to(dtype);
+  auto advantages = in.advantages.to(dtype).unsqueeze(1);  // [B, 1]
+  auto old_logps = in.old_per_token_logps.defined() ? in.old_per_token_logps.to(dtype) : logps.detach();
+
+  // importance weights: per token, or the sequence's mean log-ratio (GSPO) -> [B, 1]
+  auto log_ratio = logps - old_logps;
+  torch::Tensor log_weights = log_ratio;
+  if (s.importance_sampling_level == "sequence")
+    log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).unsqueeze(-1);
+  auto coef_1 = torch::exp(log_weights);
+
+  torch::Tensor per_token_kl;
+  if (s.beta != 0.0) {
+    auto ref_minus = in.ref_per_token_logps.to(dtype) - logps;
+    per_token_kl = torch::exp(ref_minus) - ref_minus - 1;  // k3 estimator
+  }
+
+  torch::Tensor per_token_loss;
+  if (s.loss_type == "cispo") {
+    auto capped = coef_1.clamp_max(s.epsilon_high).detach();
+    per_token_loss = -capped * advantages * logps;
+  } else if (s.loss_type == "sapo") {
+    // TRL builds the temperatures as float32 tensors; round them the same way
+    const double positive = static_cast<float>(s.sapo_temperature_pos);
+    const double negative = static_cast<float>(s.sapo_temperature_neg);
+    auto temperatures = torch::where(advantages > 0, torch::full_like(advantages, positive),
+                                     torch::full_like(advantages, negative));
+    auto soft_coef = torch::sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures;
+    per_token_loss = -soft_coef * advantages;
+  } else {
+    auto coef_2 = coef_1.clamp(1 - s.epsilon_low, 1 + s.epsilon_high);
+    if (s.delta) coef_1 = coef_1.clamp_max(*s.delta);  // also what the clip metrics see, as in TRL
+    per_token_loss = -torch::min(coef_1 * advantages, coef_2 * advantages);
+  }
+  if (in.entropy_mask.defined()) per_token_loss = per_token_loss * in.entropy_mask.to(dtype);
+  if (s.beta != 0.0) per_token_loss = per_token_loss + s.beta * per_token_kl;
+
+  const double accumulation = static_cast<double>(s.gradient_accumulation_steps);
+  torch::Tensor loss;
+  if (s.loss_type == "grpo" || s.loss_type == "sapo") {
+    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).mean() / accumulation;
+  } else if (s.loss_type == "bnpo") {
+    loss = (per_token_loss * mask).sum() / mask.sum().clamp_min(1.0) / accumulation;
+  } else if (s.loss_type == "dr_grpo") {
+    loss = (per_token_loss * mask).sum() / static_cast<double>(batch * s.max_completion_length) / accumulation;
+  } else if (s.loss_type == "dapo" || s.loss_type == "cispo") {
+    const double normaliser = std::max(in.num_items_in_batch, 1.0) / static_cast<double>(s.num_processes);
+    loss = (per_token_loss * mask).sum() / normaliser;
+  } else {  // luspo: each sequence's loss weighted by its length
+    loss = (per_token_loss * mask.sum(1, /*keepdim=*/true)).mean() / accumulation;
+  }
+
+  LossOutput out;
+  out.loss = loss;
+  torch::NoGradGuard no_grad;
+  auto mean_part = [&](const torch::Tensor& x) {
+    if (x.size(1) == 1) return MeanPart{x.sum().item<double>(), static_cast<double>(x.size(0))};
+    return MeanPart{(x * mask).sum().item<double>(), mask.sum().item<double>()};
+  };
+  // per completion: the already-per-sequence value, or the masked mean (NaN for an empty row)
+  auto per_sequence = [&](const torch::Tensor& x) {
+    if (x.size(1) == 1) return x.squeeze(1);
+    return (x * mask).sum(-1) / mask.sum(-1);
+  };
+  auto nan_extreme = [](const torch::Tensor& values, bool want_min) {
+    auto kept = values.masked_select(~torch::isnan(values));
+    if (kept.numel() == 0) return std::numeric_limits<double>::quiet_NaN();
+    return (want_min ? kept.min() : kept.max()).item<double>();
+  };
+  if (s.beta != 0.0) out.means["kl"] = mean_part(per_token_kl.detach());
+  if (in.entropies.defined()) out.means["entropy"] = mean_part(in.entropies.detach().to(dtype));
+  if (is_clipped_family(s.loss_type)) {
+    auto low = ((coef_1 < 1 - s.epsilon_low) & (advantages < 0)).to(dtype);
+    auto high = ((coef_1 > 1 + s.epsilon_high) & (advantages > 0)).to(dtype);
+    auto region = ((low + high) > 0).to(dtype);
+    out.means["clip_ratio/low_mean"] = mean_part(low);
+    out.means["clip_ratio/high_mean"] = mean_part(high);
+    out.means["clip_ratio/region_mean"] = mean_part(region);
+    out.minima["clip_ratio/low_min"] = nan_extreme(per_sequence(low), true);
+    out.maxima["clip_ratio/high_max"] = nan_extreme(per_sequence(high), false);
+  } else if (s.loss_type == "cispo") {
+    out.means["cispo_clip_ratio"] = mean_part(((coef_1 > s.epsilon_high) & (advantages > 0)).to(dtype));
+  }
+  return out;
+}
+
+}  // namespace rayless
