@@ -1,9 +1,88 @@
-// Placeholder until the generate command lands: says so honestly instead of pretending.
-#include "cli/commands.h"
-#include "rayless/error.h"
+// rayless generate: load a model directory, sample one completion for a prompt, print it (or a JSON
+// object with ids and per-token log-probs). Uses the same sampler as the trainer.
+#include <iostream>
+
+#include "cli/options.h"
+#include "rayless/hf_checkpoint.h"
+#include "rayless/sampler.h"
+#include "rayless/tokenizer.h"
 
 namespace rayless::cli {
 
-int generate(const Args& args) { throw RuntimeError("rayless generate is not implemented in this build yet"); }
+int generate(const Args& args) {
+  po::options_description options("rayless generate");
+  std::string model_dir, tokenizer_path, prompt, chat_template, system_prompt, dtype_name, device_name;
+  int64_t max_new_tokens = 32, seed = 0, top_k = 0;
+  double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+  options.add_options()
+      ("model", po::value(&model_dir)->default_value("configs/models/tiny"), "HF model directory")
+      ("tokenizer", po::value(&tokenizer_path)->default_value(""), "tokenizer.json, or \"byte\" (default: the model directory's)")
+      ("prompt", po::value(&prompt)->required(), "prompt text")
+      ("chat-template", po::value(&chat_template)->default_value("none"), "none | chatml | a string with {prompt}")
+      ("system-prompt", po::value(&system_prompt)->default_value(""), "system message (chatml)")
+      ("max-new-tokens", po::value(&max_new_tokens)->default_value(32), "completion length limit")
+      ("greedy", "pick the most likely token (same as --temperature 0)")
+      ("temperature", po::value(&temperature)->default_value(1.0), "sampling temperature")
+      ("top-k", po::value(&top_k)->default_value(0), "keep the k most likely tokens (0 = off)")
+      ("top-p", po::value(&top_p)->default_value(1.0), "nucleus sampling mass (1 = off)")
+      ("min-p", po::value(&min_p)->default_value(0.0), "drop tokens below min_p x the top probability (0 = off)")
+      ("repetition-penalty", po::value(&repetition_penalty)->default_value(1.0), "HF repetition penalty (1 = off)")
+      ("seed", po::value(&seed)->default_value(0), "sampling seed (and init seed for a directory without weights)")
+      ("dtype", po::value(&dtype_name)->default_value("float32"), "float32 | bfloat16 | float16 (GPU)")
+      ("device", po::value(&device_name)->default_value("cpu"), "cpu | cuda")
+      ("json", "print one JSON object: prompt ids, completion ids, text, per-token log-probs");
+  po::variables_map vm;
+  if (!parse_options(args, "rayless generate --model DIR --prompt TEXT [--max-new-tokens N] [--greedy] [--json]", options, vm))
+    return 0;
+  inputCheck(max_new_tokens >= 0, "generate: --max-new-tokens must be >= 0");
+  inputCheck(temperature >= 0, "generate: --temperature must be >= 0");
+  inputCheck(device_name == "cpu" || device_name == "cuda", "generate: --device must be cpu or cuda");
+  inputCheck(device_name == "cpu" || torch::cuda::is_available(), "generate: --device cuda but no CUDA device is available");
+  const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
+
+  auto tokenizer = load_tokenizer(tokenizer_path, model_dir);
+  CausalLM model = load_hf_model(model_dir, parse_model_dtype(dtype_name), device, static_cast<uint64_t>(seed));
+  inputCheck(tokenizer->vocab_size() <= model->config().vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
+             " tokens but the model's vocab_size is ", model->config().vocab_size);
+
+  const std::string text = format_prompt(chat_template, system_prompt, prompt);
+  const std::vector<int64_t> prompt_ids = tokenizer->encode(text);
+  inputCheck(!prompt_ids.empty(), "generate: the prompt encodes to no tokens");
+
+  SamplingParams params;
+  params.max_new_tokens = max_new_tokens;
+  params.greedy = vm.count("greedy") > 0;
+  params.temperature = temperature;
+  params.top_k = top_k;
+  params.top_p = top_p;
+  params.min_p = min_p;
+  params.repetition_penalty = repetition_penalty;
+  params.eos_ids = tokenizer->eos_ids();
+  params.pad_id = tokenizer->pad_id();
+  params.return_logprobs = true;
+  torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  const GenerationOutput out = generate(model, {prompt_ids}, params, generator, tokenizer.get());
+
+  std::vector<int64_t> completion;
+  std::vector<double> logprobs;
+  for (int64_t t = 0; t < out.completion_ids.size(1); ++t) {
+    if (out.completion_mask[0][t].item<int64_t>() == 0) break;
+    completion.push_back(out.completion_ids[0][t].item<int64_t>());
+    logprobs.push_back(out.logprobs[0][t].item<double>());
+  }
+  const std::string completion_text = tokenizer->decode(completion, /*skip_special_tokens=*/true);
+  if (vm.count("json")) {
+    nlohmann::json j = {{"prompt", text},
+                        {"prompt_ids", prompt_ids},
+                        {"completion_ids", completion},
+                        {"text", completion_text},
+                        {"logprobs", logprobs},
+                        {"truncated", out.truncated[0].item<bool>()}};
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::cout << completion_text << std::endl;
+  }
+  return 0;
+}
 
 }  // namespace rayless::cli

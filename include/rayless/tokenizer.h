@@ -1,0 +1,49 @@
+// Tokenizers: byte-level BPE read from an HF tokenizer.json (GPT-2 / Qwen2 / Llama-3 style), and a
+// plain byte tokenizer (256 bytes + specials) for the embedded demo. Chat formatting: the built-in
+// "chatml" (Qwen's) or a plain template string containing {prompt}; Jinja templates are out of scope.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayless {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int64_t> encode(const std::string& text) const = 0;  // special tokens matched, never split
+  virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const = 0;
+  virtual std::optional<int64_t> token_to_id(const std::string& token) const = 0;  // vocab or added token
+  virtual int64_t vocab_size() const = 0;           // largest id + 1
+  virtual std::vector<int64_t> eos_ids() const = 0;  // what ends a completion
+  virtual int64_t pad_id() const = 0;
+  virtual std::string hash() const = 0;             // content hash for provenance
+  virtual std::string kind() const = 0;             // "bpe" | "byte"
+  virtual std::string to_json() const = 0;          // a tokenizer.json that transformers can load
+};
+
+// path: a tokenizer.json file, "byte", or "" = <model_dir>/tokenizer.json. Corrupt files are
+// InputErrors naming the file. eos/pad default to the model directory's generation_config.json /
+// config.json ids when present, else to well-known specials (<|im_end|>, <|endoftext|>, <|eos|>).
+std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::filesystem::path& model_dir = {});
+std::shared_ptr<Tokenizer> make_byte_tokenizer();
+// Parses tokenizer.json text (`where` names it in errors).
+std::shared_ptr<Tokenizer> parse_bpe_tokenizer(const std::string& json_text, const std::string& where);
+
+struct ChatMessage {
+  std::string role;     // system | user | assistant
+  std::string content;
+};
+
+// template_name: "none" (the prompt as is; a lone user message only), "chatml", or a string with
+// {prompt} (user content substituted). add_generation_prompt opens the assistant turn (chatml).
+std::string apply_chat_template(const std::string& template_name, const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt = true);
+// Convenience: optional system prompt + one user message.
+std::string format_prompt(const std::string& template_name, const std::string& system_prompt,
+                          const std::string& prompt);
+
+}  // namespace rayless

@@ -1,0 +1,492 @@
+// The decoder: Qwen2 / Qwen3 / Llama share one code path; the differences are flags read from
+// config.json (q/k/v bias, q/k norms, tied embeddings). Numerics follow transformers: RMSNorm and RoPE
+// tables computed in float32 and cast back, positions = cumsum(mask) - 1.
+#include "rayless/model.h"
+
+#include <set>
+
+#include "rayless/error.h"
+#include "rayless/files.h"
+
+namespace rayless {
+
+// ---- config ------------------------------------------------------------------------------------
+
+namespace {
+
+// Keys of config.json that describe things this implementation either reads or may safely ignore
+// (bookkeeping of transformers, generation defaults, labels).
+const std::set<std::string>& ignorable_config_keys() {
+  static const std::set<std::string> keys = {
+      "architectures", "torch_dtype", "dtype", "transformers_version", "use_cache", "bos_token_id",
+      "eos_token_id", "pad_token_id", "output_attentions", "output_hidden_states", "return_dict",
+      "id2label", "label2id", "problem_type", "tokenizer_class", "is_encoder_decoder", "is_decoder",
+      "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward", "prefix", "task_specific_params",
+      "finetuning_task", "torchscript", "pruned_heads", "cross_attention_hidden_size", "decoder_start_token_id",
+      "sep_token_id", "max_window_layers", "sliding_window", "attention_dropout", "hidden_act", "mlp_bias",
+      "pretraining_tp", "use_sliding_window", "layer_types", "rope_scaling", "rope_parameters", "head_dim",
+      "max_position_embeddings", "initializer_range", "tie_word_embeddings", "attention_bias", "rms_norm_eps",
+      "rope_theta", "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+      "num_attention_heads", "num_key_value_heads", "use_return_dict", "output_scores", "return_dict_in_generate",
+      "bad_words_ids", "num_beams", "do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
+      "max_length", "min_length", "diversity_penalty", "length_penalty", "no_repeat_ngram_size",
+      "num_return_sequences", "early_stopping", "typical_p", "num_beam_groups", "forced_bos_token_id",
+      "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+      "begin_suppress_tokens", "encoder_no_repeat_ngram_size", "tf_legacy_loss", "use_bfloat16"};
+  return keys;
+}
+
+int64_t get_int(const nlohmann::json& j, const char* key, const std::string& where, std::optional<int64_t> fallback = {}) {
+  if (!j.contains(key) || j[key].is_null()) {
+    inputCheck(fallback.has_value(), where, ": missing required field \"", key, "\"");
+    return *fallback;
+  }
+  inputCheck(j[key].is_number_integer(), where, ": field \"", key, "\" must be an integer");
+  return j[key].get<int64_t>();
+}
+
+double get_float(const nlohmann::json& j, const char* key, const std::string& where, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  inputCheck(j[key].is_number(), where, ": field \"", key, "\" must be a number");
+  return j[key].get<double>();
+}
+
+bool get_bool(const nlohmann::json& j, const char* key, const std::string& where, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  inputCheck(j[key].is_boolean(), where, ": field \"", key, "\" must be true or false");
+  return j[key].get<bool>();
+}
+
+std::optional<int64_t> get_optional_id(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (j[key].is_array()) {  // some configs list several; the first is the canonical one
+    if (j[key].empty()) return std::nullopt;
+    inputCheck(j[key][0].is_number_integer(), where, ": field \"", key, "\" must hold integers");
+    return j[key][0].get<int64_t>();
+  }
+  inputCheck(j[key].is_number_integer(), where, ": field \"", key, "\" must be an integer");
+  return j[key].get<int64_t>();
+}
+
+void apply_rope_scaling(ModelArchConfig& c, const nlohmann::json& scaling, const std::string& where, const char* field) {
+  if (scaling.is_null()) return;
+  inputCheck(scaling.is_object(), where, ": ", field, " must be an object or null");
+  std::string type = "default";
+  if (scaling.contains("rope_type")) type = scaling["rope_type"].get<std::string>();
+  else if (scaling.contains("type")) type = scaling["type"].get<std::string>();
+  if (scaling.contains("rope_theta")) c.rope_theta = get_float(scaling, "rope_theta", where, c.rope_theta);
+  if (type == "default") return;
+  if (type == "linear") {
+    c.rope_linear_factor = get_float(scaling, "factor", where, 1.0);
+    inputCheck(c.rope_linear_factor > 0, where, ": ", field, ".factor must be > 0");
+    return;
+  }
+  throw InputError(str(where, ": unsupported ", field, " type \"", type, "\" (supported: default, linear)"));
+}
+
+}  // namespace
+
+ModelArchConfig ModelArchConfig::from_json(const nlohmann::json& j, const std::string& where) {
+  inputCheck(j.is_object(), where, ": config.json must be a JSON object");
+  ModelArchConfig c;
+  c.raw = j;
+  inputCheck(j.contains("model_type") && j["model_type"].is_string(), where, ": missing \"model_type\"");
+  c.model_type = j["model_type"].get<std::string>();
+  inputCheck(c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "llama", where,
+             ": unsupported model_type \"", c.model_type, "\" (supported: qwen2, qwen3, llama)");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    inputCheck(ignorable_config_keys().count(it.key()) || it.key().rfind('_', 0) == 0, where,
+               ": unsupported field \"", it.key(), "\" for model_type ", c.model_type);
+  }
+  c.vocab_size = get_int(j, "vocab_size", where);
+  c.hidden_size = get_int(j, "hidden_size", where);
+  c.intermediate_size = get_int(j, "intermediate_size", where);
+  c.num_hidden_layers = get_int(j, "num_hidden_layers", where);
+  c.num_attention_heads = get_int(j, "num_attention_heads", where);
+  c.num_key_value_heads = get_int(j, "num_key_value_heads", where, c.num_attention_heads);
+  inputCheck(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_hidden_layers > 0 &&
+                 c.num_attention_heads > 0 && c.num_key_value_heads > 0,
+             where, ": sizes must be positive");
+  inputCheck(c.num_attention_heads % c.num_key_value_heads == 0, where, ": num_attention_heads (", c.num_attention_heads,
+             ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
+  const bool explicit_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
+  if (!explicit_head_dim)
+    inputCheck(c.hidden_size % c.num_attention_heads == 0, where, ": hidden_size must be a multiple of num_attention_heads");
+  c.head_dim = get_int(j, "head_dim", where, c.hidden_size / c.num_attention_heads);
+  inputCheck(c.head_dim > 0 && c.head_dim % 2 == 0, where, ": head_dim must be positive and even");
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", where, 32768);
+  c.rms_norm_eps = get_float(j, "rms_norm_eps", where, 1e-6);
+  c.rope_theta = get_float(j, "rope_theta", where, 10000.0);
+  if (j.contains("rope_parameters")) apply_rope_scaling(c, j["rope_parameters"], where, "rope_parameters");
+  if (j.contains("rope_scaling")) apply_rope_scaling(c, j["rope_scaling"], where, "rope_scaling");
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", where, false);
+  c.initializer_range = get_float(j, "initializer_range", where, 0.02);
+  if (c.model_type == "qwen2") {
+    c.attention_bias = true;  // Qwen2 always has q/k/v biases and no o_proj bias
+    c.o_proj_bias = false;
+  } else {
+    c.attention_bias = get_bool(j, "attention_bias", where, false);
+    c.o_proj_bias = c.attention_bias;
+  }
+  c.qk_norm = c.model_type == "qwen3";
+  const std::string act = j.contains("hidden_act") && j["hidden_act"].is_string() ? j["hidden_act"].get<std::string>() : "silu";
+  inputCheck(act == "silu", where, ": unsupported hidden_act \"", act, "\" (supported: silu)");
+  inputCheck(!get_bool(j, "mlp_bias", where, false), where, ": unsupported field value mlp_bias = true");
+  inputCheck(get_int(j, "pretraining_tp", where, 1) == 1, where, ": unsupported pretraining_tp != 1");
+  inputCheck(get_float(j, "attention_dropout", where, 0.0) == 0.0, where, ": unsupported attention_dropout != 0");
+  inputCheck(!get_bool(j, "use_sliding_window", where, false), where, ": unsupported use_sliding_window = true");
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const auto& t : j["layer_types"])
+      inputCheck(t == "full_attention", where, ": unsupported layer_types entry ", t.dump(), " (only full_attention)");
+  }
+  c.bos_token_id = get_optional_id(j, "bos_token_id", where);
+  c.pad_token_id = get_optional_id(j, "pad_token_id", where);
+  if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+    if (j["eos_token_id"].is_array()) {
+      for (const auto& e : j["eos_token_id"]) {
+        inputCheck(e.is_number_integer(), where, ": eos_token_id must hold integers");
+        c.eos_token_ids.push_back(e.get<int64_t>());
+      }
+    } else {
+      c.eos_token_ids.push_back(get_int(j, "eos_token_id", where));
+    }
+  }
+  return c;
+}
+
+nlohmann::json ModelArchConfig::to_json() const {
+  nlohmann::json j = raw.is_object() ? raw : nlohmann::json::object();
+  j["model_type"] = model_type;
+  const std::map<std::string, std::string> architectures = {
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+  if (!j.contains("architectures")) j["architectures"] = {architectures.at(model_type)};
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["initializer_range"] = initializer_range;
+  j["hidden_act"] = "silu";
+  if (model_type != "qwen2") j["attention_bias"] = attention_bias;
+  return j;
+}
+
+int64_t ModelArchConfig::num_parameters() const {
+  const int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  int64_t per_layer = hidden_size * (q + 2 * kv) + q * hidden_size + 3 * hidden_size * intermediate_size + 2 * hidden_size;
+  if (attention_bias) per_layer += q + 2 * kv;
+  if (o_proj_bias) per_layer += hidden_size;
+  if (qk_norm) per_layer += 2 * head_dim;
+  int64_t total = vocab_size * hidden_size + num_hidden_layers * per_layer + hidden_size;
+  if (!tie_word_embeddings) total += vocab_size * hidden_size;
+  return total;
+}
+
+ModelArchConfig load_model_config(const std::filesystem::path& model_dir) {
+  const auto file = model_dir / "config.json";
+  inputCheck(std::filesystem::exists(file), model_dir.string(), ": not a model directory (no config.json)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str(file.string(), ": invalid JSON: ", e.what()));
+  }
+  return ModelArchConfig::from_json(j, file.string());
+}
+
+torch::Dtype parse_model_dtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return torch::kFloat32;
+  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
+  if (name == "float16" || name == "fp16") return torch::kFloat16;
+  throw InputError(str("unknown model dtype \"", name, "\" (float32 | bfloat16 | float16)"));
+}
+
+// ---- KV cache ----------------------------------------------------------------------------------
+
+std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& k, const torch::Tensor& v) {
+  if (keys.size() <= layer) {
+    keys.resize(layer + 1);
+    values.resize(layer + 1);
+  }
+  const int64_t t = k.size(2);
+  const int64_t start = length;  // `length` advances once per forward, after the last layer
+  torch::Tensor& kc = keys[layer];
+  torch::Tensor& vc = values[layer];
+  if (!kc.defined() || kc.size(2) < start + t) {
+    const int64_t capacity = std::max(start + t, capacity_hint);
+    auto grown_k = torch::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
+    auto grown_v = torch::empty({v.size(0), v.size(1), capacity, v.size(3)}, v.options());
+    if (kc.defined() && start > 0) {
+      grown_k.narrow(2, 0, start).copy_(kc.narrow(2, 0, start));
+      grown_v.narrow(2, 0, start).copy_(vc.narrow(2, 0, start));
+    }
+    kc = grown_k;
+    vc = grown_v;
+  }
+  kc.narrow(2, start, t).copy_(k);
+  vc.narrow(2, start, t).copy_(v);
+  return {kc.narrow(2, 0, start + t), vc.narrow(2, 0, start + t)};
+}
+
+void KVCache::select_rows(const torch::Tensor& index) {
+  for (auto& k : keys)
+    if (k.defined()) k = k.index_select(0, index.to(k.device()));
+  for (auto& v : values)
+    if (v.defined()) v = v.index_select(0, index.to(v.device()));
+}
+
+// ---- layers ------------------------------------------------------------------------------------
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const auto input_dtype = x.scalar_type();
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * h.to(input_dtype);
+}
+
+namespace {
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
+  auto cos = rope.cos.unsqueeze(1), sin = rope.sin.unsqueeze(1);
+  return x * cos + rotate_half(x) * sin;
+}
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+}  // namespace
+
+AttentionImpl::AttentionImpl(const ModelArchConfig& c)
+    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
+  q_proj = register_module("q_proj", linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
+  k_proj = register_module("k_proj", linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  v_proj = register_module("v_proj", linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  o_proj = register_module("o_proj", linear(num_heads * head_dim, c.hidden_size, c.o_proj_bias));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
+                                     KVCache* cache, size_t layer_index) {
+  const int64_t b = x.size(0), t = x.size(1);
+  auto q = q_proj(x).view({b, t, num_heads, head_dim});
+  auto k = k_proj(x).view({b, t, num_kv_heads, head_dim});
+  auto v = v_proj(x).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = apply_rope(q.transpose(1, 2), rope);
+  k = apply_rope(k.transpose(1, 2), rope);
+  if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
+  if (num_kv_heads != num_heads) {  // grouped-query attention: each kv head serves a group of query heads
+    k = k.repeat_interleave(num_heads / num_kv_heads, 1);
+    v = v.repeat_interleave(num_heads / num_kv_heads, 1);
+  }
+  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, 1.0 / std::sqrt(double(head_dim)));
+  return o_proj(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}));
+}
+
+MLPImpl::MLPImpl(const ModelArchConfig& c) {
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, false));
+  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, false));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelArchConfig& c) {
+  self_attn = register_module("self_attn", Attention(c));
+  mlp = register_module("mlp", MLP(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
+                                        KVCache* cache, size_t layer_index) {
+  auto h = x + self_attn(input_layernorm(x), rope, mask, cache, layer_index);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+DecoderImpl::DecoderImpl(const ModelArchConfig& c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+// ---- gradient checkpointing --------------------------------------------------------------------
+
+namespace {
+// Runs one layer without keeping its activations; backward recomputes it with grad enabled and
+// differentiates the recomputation (no dropout here, so recomputation is exact).
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                                                torch::TensorList params, int64_t layer_address, torch::Tensor cos,
+                                                torch::Tensor sin, torch::Tensor mask) {
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(layer_address);
+    ctx->saved_data["layer"] = layer_address;
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    ctx->saved_data["mask"] = mask;
+    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+    ctx->save_for_backward({x});
+    return {layer->forward(x, RotaryTables{cos, sin}, mask, nullptr, 0)};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    const RotaryTables rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
+    const auto mask = ctx->saved_data["mask"].toTensor();
+    const int64_t num_params = ctx->saved_data["num_params"].toInt();
+    auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      out = layer->forward(x, rope, mask, nullptr, 0);
+    }
+    std::vector<torch::Tensor> inputs{x};
+    for (auto& p : layer->parameters()) inputs.push_back(p);
+    auto grads = torch::autograd::grad({out}, inputs, {grad_outputs[0]}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    torch::autograd::variable_list result;
+    result.push_back(grads[0]);
+    for (int64_t i = 0; i < num_params; ++i) result.push_back(grads[1 + i]);
+    for (int i = 0; i < 4; ++i) result.emplace_back();  // layer address, cos, sin, mask
+    return result;
+  }
+};
+}  // namespace
+
+// ---- causal LM ---------------------------------------------------------------------------------
+
+CausalLMImpl::CausalLMImpl(ModelArchConfig config) : config_(std::move(config)) {
+  model = register_module("model", Decoder(config_));
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module("lm_head", linear(config_.hidden_size, config_.vocab_size, false));
+}
+
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
+  auto m = attention_mask.to(torch::kLong);
+  return (m.cumsum(-1) - 1).masked_fill(m == 0, 1);
+}
+
+RotaryTables CausalLMImpl::rotary(const torch::Tensor& position_ids, torch::Dtype dtype) const {
+  const int64_t d = config_.head_dim;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
+  auto exponents = torch::arange(0, d, 2, torch::TensorOptions().dtype(torch::kLong).device(position_ids.device()))
+                       .to(torch::kFloat32) / double(d);
+  auto inv_freq = 1.0 / torch::pow(torch::scalar_tensor(config_.rope_theta, opts), exponents);
+  if (config_.rope_linear_factor != 1.0) inv_freq = inv_freq / config_.rope_linear_factor;
+  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, D/2]
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask_in,
+                                           const torch::Tensor& position_ids_in, KVCache* cache) {
+  const int64_t b = input_ids.size(0), t = input_ids.size(1);
+  const int64_t past = cache ? cache->length : 0;
+  const auto device = input_ids.device();
+  torch::Tensor attention_mask = attention_mask_in.defined()
+                                     ? attention_mask_in.to(device)
+                                     : torch::ones({b, past + t}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  runtimeCheck(attention_mask.size(0) == b && attention_mask.size(1) == past + t, "attention_mask is [",
+               attention_mask.size(0), ", ", attention_mask.size(1), "], expected [", b, ", ", past + t, "]");
+  torch::Tensor position_ids = position_ids_in.defined() ? position_ids_in.to(device)
+                                                         : position_ids_from_mask(attention_mask).narrow(1, past, t);
+  // bool [B, 1, T, S]: causal and not padding; every query may see itself so that rows of padding
+  // never become all-masked (NaN) — their outputs are ignored anyway.
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  auto query_pos = torch::arange(past, past + t, opts).view({t, 1});
+  auto key_pos = torch::arange(0, past + t, opts).view({1, past + t});
+  auto causal = key_pos <= query_pos;
+  auto allowed = causal.unsqueeze(0) & attention_mask.to(torch::kBool).unsqueeze(1);
+  allowed = (allowed | (key_pos == query_pos).unsqueeze(0)).unsqueeze(1);
+
+  auto h = model->embed_tokens(input_ids);
+  const RotaryTables rope = rotary(position_ids, h.scalar_type());
+  const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    auto layer = model->layers->ptr<DecoderLayerImpl>(i);
+    if (checkpoint) {
+      auto params = layer->parameters();
+      h = CheckpointedLayer::apply(h, torch::TensorList(params), reinterpret_cast<int64_t>(layer.get()), rope.cos, rope.sin, allowed)[0];
+    } else {
+      h = layer->forward(h, rope, allowed, cache, i);
+    }
+  }
+  if (cache) cache->length += t;
+  return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::lm_head_weight() const {
+  return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
+}
+
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) { return torch::linear(hidden, lm_head_weight()); }
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
+  return logits(forward_hidden(input_ids, attention_mask));
+}
+
+torch::Dtype CausalLMImpl::dtype() const { return model->embed_tokens->weight.scalar_type(); }
+torch::Device CausalLMImpl::device() const { return model->embed_tokens->weight.device(); }
+
+void CausalLMImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std = config_.initializer_range;
+  for (auto& item : named_parameters(true)) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    const bool is_norm = name.find("norm.weight") != std::string::npos;
+    torch::Tensor fresh;
+    if (is_norm) {
+      fresh = torch::ones(p.sizes());
+    } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      fresh = torch::zeros(p.sizes());
+    } else {
+      fresh = torch::empty(p.sizes()).normal_(0.0, std, generator);
+    }
+    p.copy_(fresh.to(p.dtype()));
+  }
+}
+
+void CausalLMImpl::load_state(const std::map<std::string, torch::Tensor>& tensors, const std::string& where) {
+  torch::NoGradGuard no_grad;
+  auto params = named_parameters(true);
+  for (const auto& [name, tensor] : tensors) {
+    if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;   // a buffer older transformers saved
+    if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;  // tied: the embedding is the head
+    inputCheck(params.contains(name), where, ": unexpected tensor ", name, " for a ", config_.model_type, " model");
+  }
+  for (auto& item : params) {
+    auto found = tensors.find(item.key());
+    inputCheck(found != tensors.end(), where, ": missing tensor ", item.key());
+    inputCheck(found->second.sizes() == item.value().sizes(), where, ": tensor ", item.key(), " has shape ",
+               found->second.sizes(), ", the config needs ", item.value().sizes());
+    item.value().copy_(found->second.to(item.value().dtype()));
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::hf_state() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : named_parameters(true)) out.emplace_back(item.key(), item.value().detach());
+  return out;
+}
+
+}  // namespace rayless

@@ -1,0 +1,162 @@
+// Batched generation: one prefill over the distinct prompts, then the KV cache is repeated for the
+// G generations of each prompt and decoding proceeds one token per step for all rows at once.
+#include "rayless/sampler.h"
+
+#include "rayless/error.h"
+
+namespace rayless {
+
+std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_id) {
+  size_t width = 0;
+  for (const auto& p : prompts) width = std::max(width, p.size());
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  auto ids = torch::full({b, static_cast<int64_t>(width)}, pad_id, torch::kLong);
+  auto mask = torch::zeros({b, static_cast<int64_t>(width)}, torch::kLong);
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto mask_a = mask.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    const auto& p = prompts[i];
+    const size_t offset = width - p.size();
+    for (size_t j = 0; j < p.size(); ++j) {
+      ids_a[i][offset + j] = p[j];
+      mask_a[i][offset + j] = 1;
+    }
+  }
+  return {ids, mask};
+}
+
+torch::Tensor process_logits(const torch::Tensor& scores_in, const torch::Tensor& ids_so_far, const SamplingParams& params) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  auto scores = scores_in.to(torch::kFloat32).clone();
+  if (params.repetition_penalty != 1.0 && ids_so_far.defined() && ids_so_far.numel() > 0) {
+    // HF: every id already in the row (prompt and padding included) has its logit divided by the
+    // penalty when positive and multiplied when negative
+    auto index = ids_so_far.to(scores.device());
+    auto picked = scores.gather(1, index);
+    picked = torch::where(picked < 0, picked * params.repetition_penalty, picked / params.repetition_penalty);
+    scores.scatter_(1, index, picked);
+  }
+  const bool greedy = params.greedy || params.temperature == 0.0;
+  if (greedy) return scores;
+  if (params.temperature != 1.0) scores = scores / params.temperature;
+  const int64_t vocab = scores.size(-1);
+  if (params.top_k > 0 && params.top_k < vocab) {
+    auto kth = std::get<0>(scores.topk(params.top_k, -1)).narrow(-1, params.top_k - 1, 1);
+    scores = scores.masked_fill(scores < kth, neg_inf);
+  }
+  if (params.top_p < 1.0) {
+    auto [sorted, order] = scores.sort(-1, /*descending=*/false);
+    auto cumulative = sorted.softmax(-1).cumsum(-1);
+    auto remove_sorted = cumulative <= (1.0 - params.top_p);
+    remove_sorted.narrow(-1, vocab - 1, 1).fill_(false);  // keep at least one token
+    auto remove = remove_sorted.scatter(1, order, remove_sorted);
+    scores = scores.masked_fill(remove, neg_inf);
+  }
+  if (params.min_p > 0.0) {
+    auto probs = scores.softmax(-1);
+    auto threshold = probs.amax(-1, /*keepdim=*/true) * params.min_p;
+    auto remove = probs < threshold;
+    auto order = scores.argsort(/*stable=*/true, -1, /*descending=*/true);
+    auto remove_sorted = remove.gather(1, order);
+    remove_sorted.narrow(-1, 0, 1).fill_(false);  // the most likely token always stays
+    remove = remove_sorted.scatter(1, order, remove_sorted);
+    scores = scores.masked_fill(remove, neg_inf);
+  }
+  return scores;
+}
+
+GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const SamplingParams& params, torch::Generator& generator, const Tokenizer* tokenizer) {
+  inputCheck(!prompts.empty(), "generate: no prompts");
+  inputCheck(params.num_generations >= 1, "generate: num_generations must be >= 1");
+  inputCheck(params.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
+  inputCheck(params.stop_strings.empty() || tokenizer, "generate: stop strings need a tokenizer");
+  for (const auto& p : prompts) inputCheck(!p.empty(), "generate: empty prompt (no tokens)");
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const auto device = model->device();
+  const int64_t g = params.num_generations;
+  const int64_t n = static_cast<int64_t>(prompts.size()) * g;
+  const bool greedy = params.greedy || params.temperature == 0.0;
+
+  auto [prompt_ids, prompt_mask] = left_pad(prompts, params.pad_id);
+  const int64_t prompt_len = prompt_ids.size(1);
+  KVCache cache;
+  cache.capacity_hint = prompt_len + params.max_new_tokens;
+  // prefill the distinct prompts once, then repeat cache and last hidden state per generation
+  auto hidden = model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device), {}, &cache);
+  auto last_logits = model->logits(hidden.select(1, prompt_len - 1)).to(torch::kFloat32);
+  auto rows = torch::arange(static_cast<int64_t>(prompts.size()), torch::kLong).repeat_interleave(g);
+  if (g > 1) {
+    cache.select_rows(rows);
+    last_logits = last_logits.index_select(0, rows.to(device));
+  }
+  prompt_ids = prompt_ids.index_select(0, rows);
+  prompt_mask = prompt_mask.index_select(0, rows);
+
+  torch::Tensor eos = torch::tensor(params.eos_ids.empty() ? std::vector<int64_t>{-1} : params.eos_ids, torch::kLong);
+  auto mask = prompt_mask.to(device);
+  auto finished = torch::zeros({n}, torch::kBool);
+  std::vector<torch::Tensor> tokens, token_mask, token_logprobs;
+  std::vector<std::vector<int64_t>> completion_so_far(params.stop_strings.empty() ? 0 : n);
+  torch::Tensor ids_so_far = params.repetition_penalty != 1.0 ? prompt_ids.clone() : torch::Tensor();
+
+  for (int64_t step = 0; step < params.max_new_tokens; ++step) {
+    auto scores = last_logits.to(torch::kCPU);
+    auto processed = process_logits(scores, ids_so_far, params);
+    torch::Tensor next;
+    if (greedy) {
+      next = processed.argmax(-1);
+    } else {
+      next = torch::multinomial(processed.softmax(-1), 1, /*replacement=*/false, generator).squeeze(1);
+    }
+    const auto alive = finished.logical_not();
+    next = torch::where(alive, next, torch::full_like(next, params.pad_id));
+    tokens.push_back(next);
+    token_mask.push_back(alive.to(torch::kLong));
+    if (params.return_logprobs) {
+      auto base = greedy ? scores : scores / params.temperature;
+      auto lp = base.log_softmax(-1).gather(1, next.unsqueeze(1)).squeeze(1);
+      token_logprobs.push_back(torch::where(alive, lp, torch::zeros_like(lp)));
+    }
+    auto hit_eos = torch::isin(next, eos) & alive;
+    if (!params.stop_strings.empty()) {
+      auto next_a = next.accessor<int64_t, 1>();
+      auto alive_a = alive.accessor<bool, 1>();
+      for (int64_t i = 0; i < n; ++i) {
+        if (!alive_a[i]) continue;
+        completion_so_far[i].push_back(next_a[i]);
+        const std::string text = tokenizer->decode(completion_so_far[i], false);
+        for (const auto& stop : params.stop_strings)
+          if (!stop.empty() && text.find(stop) != std::string::npos) {
+            hit_eos[i] = true;
+          }
+      }
+    }
+    finished = finished | hit_eos;
+    if (ids_so_far.defined()) ids_so_far = torch::cat({ids_so_far, next.unsqueeze(1)}, 1);
+    if (finished.all().item<bool>() || step + 1 == params.max_new_tokens) break;
+    mask = torch::cat({mask, torch::ones({n, 1}, mask.options())}, 1);
+    hidden = model->forward_hidden(next.unsqueeze(1).to(device), mask, {}, &cache);
+    last_logits = model->logits(hidden.select(1, 0)).to(torch::kFloat32);
+  }
+
+  GenerationOutput out;
+  out.prompt_ids = prompt_ids;
+  out.prompt_mask = prompt_mask;
+  if (tokens.empty()) {
+    out.completion_ids = torch::zeros({n, 0}, torch::kLong);
+    out.completion_mask = torch::zeros({n, 0}, torch::kLong);
+    if (params.return_logprobs) out.logprobs = torch::zeros({n, 0}, torch::kFloat32);
+  } else {
+    out.completion_ids = torch::stack(tokens, 1);
+    out.completion_mask = torch::stack(token_mask, 1);
+    if (params.return_logprobs) out.logprobs = torch::stack(token_logprobs, 1).to(torch::kFloat32);
+  }
+  out.truncated = finished.logical_not();
+  if (was_training) model->train();
+  return out;
+}
+
+}  // namespace rayless

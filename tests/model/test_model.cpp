@@ -1,0 +1,220 @@
+#include <catch2/catch.hpp>
+
+#include "helpers.h"
+#include "rayless/error.h"
+#include "rayless/hf_checkpoint.h"
+#include "rayless/safetensors.h"
+#include "rayless/sampler.h"
+
+using namespace rayless;
+
+namespace {
+// max |a - b| over the real (mask = 1) positions of [B, T, V] logits
+double masked_max_error(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+  auto keep = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
+  return (a - b).abs().masked_select(keep).max().item<double>();
+}
+
+ModelArchConfig tiny_config() { return load_model_config(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny"); }
+}  // namespace
+
+TEST_CASE("golden: logits of a left-padded batch match transformers (fp32)") {
+  for (const std::string name : {"qwen2", "llama", "qwen3"}) {
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    model->eval();
+    const auto expected_json = test::read_json(test::golden_dir() / (name + "-expected.json"));
+    auto expected = load_safetensors(test::golden_dir() / (name + "-expected.safetensors"));
+    auto ids = test::ids_tensor(expected_json["input_ids"]);
+    auto mask = test::ids_tensor(expected_json["attention_mask"]);
+    torch::NoGradGuard no_grad;
+    // positions from the mask (what generation uses)
+    auto logits = model->forward(ids, mask);
+    const double error = masked_max_error(logits, expected.at("logits"), mask);
+    CHECK(error <= 1e-4);
+    // positions 0..T-1 (a plain transformers forward without position_ids)
+    auto arange = torch::arange(ids.size(1), torch::kLong).unsqueeze(0).expand_as(ids);
+    auto logits_default = model->logits(model->forward_hidden(ids, mask, arange));
+    CHECK(masked_max_error(logits_default, expected.at("logits_default_positions"), mask) <= 1e-4);
+    // RoPE only sees position differences, so shifting a left-padded row's positions by its padding
+    // changes nothing beyond rounding: both conventions give the same logits on real tokens
+    CHECK(masked_max_error(logits_default, expected.at("logits"), mask) <= 1e-4);
+  }
+}
+
+TEST_CASE("golden: greedy continuations match transformers' generate") {
+  for (const std::string name : {"qwen2", "llama", "qwen3"}) {
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    const auto expected = test::read_json(test::golden_dir() / (name + "-expected.json"));
+    auto ids = test::ids_tensor(expected["input_ids"]);
+    auto mask = test::ids_tensor(expected["attention_mask"]);
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      std::vector<int64_t> p;
+      for (int64_t c = 0; c < ids.size(1); ++c)
+        if (mask[r][c].item<int64_t>()) p.push_back(ids[r][c].item<int64_t>());
+      prompts.push_back(p);
+    }
+    SamplingParams params;
+    params.greedy = true;
+    params.max_new_tokens = 12;
+    params.eos_ids = {expected["eos_id"].get<int64_t>()};
+    params.pad_id = expected["pad_id"].get<int64_t>();
+    torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    auto out = generate(model, prompts, params, gen);
+    CHECK(torch::equal(out.completion_ids, test::ids_tensor(expected["greedy_completion"])));
+    CHECK(torch::equal(out.prompt_ids, ids));
+  }
+}
+
+TEST_CASE("KV-cached incremental forward equals the full forward") {
+  CausalLM model(tiny_config());
+  model->init_weights(7);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto ids = torch::randint(0, 256, {2, 9}, torch::kLong);
+  auto mask = torch::ones({2, 9}, torch::kLong);
+  mask.narrow(1, 0, 3)[1].fill_(0);  // row 1 is left-padded by 3
+  auto full = model->forward(ids, mask);
+  KVCache cache;
+  auto first = model->logits(model->forward_hidden(ids.narrow(1, 0, 5), mask.narrow(1, 0, 5), {}, &cache));
+  std::vector<torch::Tensor> steps{first};
+  for (int64_t t = 5; t < 9; ++t)
+    steps.push_back(model->logits(model->forward_hidden(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), {}, &cache)));
+  auto incremental = torch::cat(steps, 1);
+  CHECK(cache.length == 9);
+  CHECK(masked_max_error(incremental, full, mask) < 1e-5);
+}
+
+TEST_CASE("gradient checkpointing gives the same gradients") {
+  auto run = [](bool checkpoint) {
+    CausalLM model(tiny_config());
+    model->init_weights(3);
+    model->train();
+    model->set_gradient_checkpointing(checkpoint);
+    torch::manual_seed(0);
+    auto ids = torch::randint(0, 256, {2, 6}, torch::kLong);
+    auto mask = torch::ones({2, 6}, torch::kLong);
+    mask[0][0] = 0;
+    auto loss = model->forward(ids, mask).log_softmax(-1).select(-1, 5).sum();
+    loss.backward();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss.item<double>(), grads);
+  };
+  auto [loss_plain, grads_plain] = run(false);
+  auto [loss_ckpt, grads_ckpt] = run(true);
+  CHECK(loss_plain == Approx(loss_ckpt).epsilon(1e-6));
+  REQUIRE(grads_plain.size() == grads_ckpt.size());
+  for (size_t i = 0; i < grads_plain.size(); ++i) CHECK(torch::allclose(grads_plain[i], grads_ckpt[i], 1e-5, 1e-7));
+}
+
+TEST_CASE("parameter names are the HF state dict names") {
+  CausalLM model(load_model_config(test::golden_dir() / "llama"));
+  auto names = model->named_parameters().keys();
+  auto header_names = load_safetensors_directory(test::golden_dir() / "llama");
+  REQUIRE(names.size() == header_names.size());
+  for (const auto& n : names) CHECK(header_names.count(n) == 1);
+  CausalLM tied(tiny_config());
+  CHECK(tied->lm_head_weight().data_ptr() == tied->model->embed_tokens->weight.data_ptr());
+  CHECK(tied->config().num_parameters() == static_cast<int64_t>([&] {
+          int64_t n = 0;
+          for (auto& p : tied->parameters()) n += p.numel();
+          return n;
+        }()));
+  CHECK(tied->config().num_parameters() > 1000000);
+  CHECK(tied->config().num_parameters() < 5000000);
+}
+
+TEST_CASE("config.json errors are one-line InputErrors naming the field") {
+  auto base = test::read_json(test::golden_dir() / "qwen2/config.json");
+  auto expect_error = [&](nlohmann::json j, const std::string& fragment) {
+    try {
+      ModelArchConfig::from_json(j, "x/config.json");
+      FAIL("accepted: " << fragment);
+    } catch (const InputError& e) {
+      const std::string message = e.what();
+      INFO(message);
+      CHECK(message.find("x/config.json") != std::string::npos);
+      CHECK(message.find(fragment) != std::string::npos);
+      CHECK(message.find('\n') == std::string::npos);
+    }
+  };
+  auto j = base;
+  j["model_type"] = "gpt_neox";
+  expect_error(j, "gpt_neox");
+  j = base;
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error(j, "yarn");
+  j = base;
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 10000.0}};
+  expect_error(j, "llama3");
+  j = base;
+  j["moe_experts"] = 8;
+  expect_error(j, "moe_experts");
+  j = base;
+  j["hidden_act"] = "gelu";
+  expect_error(j, "gelu");
+  j = base;
+  j["num_key_value_heads"] = 3;
+  expect_error(j, "num_key_value_heads");
+  j = base;
+  j.erase("hidden_size");
+  expect_error(j, "hidden_size");
+  j = base;
+  j["use_sliding_window"] = true;
+  expect_error(j, "use_sliding_window");
+}
+
+TEST_CASE("save_hf_directory round trip, and a missing tensor is an InputError") {
+  auto dir = test::scratch_dir("save-roundtrip");
+  CausalLM model = load_hf_model(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny", torch::kFloat32,
+                                 torch::kCPU, 99);
+  auto tok = load_tokenizer("", std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny");
+  save_hf_directory(model, tok.get(), dir / "saved");
+  CHECK_THROWS(save_hf_directory(model, tok.get(), dir / "saved"));  // never over an existing directory
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"})
+    CHECK(std::filesystem::exists(dir / "saved" / f));
+  CausalLM loaded = load_hf_model(dir / "saved");
+  auto ids = torch::tensor({{72, 105, 33, 10}}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  auto expected = model->forward(ids);
+  CHECK(torch::equal(loaded->forward(ids), expected));
+  // the same seed gives the same weights; another seed does not
+  CausalLM again = load_hf_model(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny", torch::kFloat32, torch::kCPU, 99);
+  CHECK(torch::equal(again->forward(ids), expected));
+  CausalLM other = load_hf_model(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny", torch::kFloat32, torch::kCPU, 100);
+  CHECK_FALSE(torch::equal(other->forward(ids), expected));
+  // logits next to the directory, for tools/check_roundtrip.py
+  save_safetensors(dir / "saved-logits.safetensors", {{"logits", expected}, {"input_ids", ids.to(torch::kFloat32)}});
+
+  // drop one tensor: loading names it
+  auto state = load_safetensors(dir / "saved" / "model.safetensors");
+  std::vector<std::pair<std::string, torch::Tensor>> partial;
+  for (auto& [k, v] : state)
+    if (k != "model.layers.1.mlp.up_proj.weight") partial.emplace_back(k, v);
+  std::filesystem::copy(dir / "saved", dir / "broken");
+  save_safetensors(dir / "broken" / "model.safetensors", partial);
+  try {
+    load_hf_model(dir / "broken");
+    FAIL("missing tensor accepted");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("model.layers.1.mlp.up_proj.weight") != std::string::npos);
+  }
+  // a mis-shaped tensor
+  partial.emplace_back("model.layers.1.mlp.up_proj.weight", torch::zeros({3, 3}));
+  save_safetensors(dir / "broken" / "model.safetensors", partial);
+  CHECK_THROWS_AS(load_hf_model(dir / "broken"), InputError);
+}
+
+TEST_CASE("bfloat16 forward stays close to float32") {
+  CausalLM model = load_hf_model(test::golden_dir() / "qwen2");
+  CausalLM half = load_hf_model(test::golden_dir() / "qwen2", torch::kBFloat16);
+  CHECK(half->dtype() == torch::kBFloat16);
+  auto ids = torch::randint(0, 600, {2, 8}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  auto a = model->forward(ids);
+  auto b = half->forward(ids).to(torch::kFloat32);
+  CHECK((a - b).abs().max().item<double>() < 0.05 * a.abs().max().item<double>() + 0.05);
+}
