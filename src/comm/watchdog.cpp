@@ -37,8 +37,9 @@ struct Watchdog::State {
 };
 
 Watchdog& Watchdog::instance() {
-  static Watchdog watchdog;
-  return watchdog;
+  // never destroyed: static objects destroyed at exit (a Runtime, say) may still stop it
+  static Watchdog* watchdog = new Watchdog();
+  return *watchdog;
 }
 
 Watchdog::State& Watchdog::state() {
@@ -47,10 +48,7 @@ Watchdog::State& Watchdog::state() {
   return *state_;
 }
 
-Watchdog::~Watchdog() {
-  stop();
-  delete state_;
-}
+Watchdog::~Watchdog() { stop(); }
 
 static void default_stall(const std::string& message) {
   print_error(message);
