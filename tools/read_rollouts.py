@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Read a rayless rollout store with h5py (an example; see docs/rollout-format.md).
+
+    python3 tools/read_rollouts.py runs/demo/rollouts/index.h5          # a summary per step and rank
+    python3 tools/read_rollouts.py runs/demo/rollouts/rank-00000.h5 --step 3 --show 2
+
+PATH is index.h5 (every rank through external links), a rank file rank-RRRRR.h5, or a rollouts/
+directory. --check-fixture verifies the store written by the C++ test "store: python fixture".
+"""
+import argparse
+import os
+import sys
+
+import h5py
+import numpy as np
+
+
+def open_store(path):
+    if os.path.isdir(path):
+        for candidate in ("index.h5", os.path.join("rollouts", "index.h5")):
+            if os.path.exists(os.path.join(path, candidate)):
+                return h5py.File(os.path.join(path, candidate), "r")
+        raise SystemExit(f"{path}: no index.h5 here")
+    return h5py.File(path, "r")
+
+
+def step_groups(store):
+    """(step, rank, group) for every stored step; follows the external links transparently."""
+    for name in sorted(store):
+        if not name.startswith("step_"):
+            continue
+        step = int(name[len("step_"):])
+        node = store[name]
+        if "completion_ids" in node:  # a rank file: the step group itself
+            yield step, int(node.attrs["rank"]), node
+        else:  # the index: one link per rank
+            for rank_name in sorted(node):
+                yield step, int(rank_name[len("rank_"):]), node[rank_name]
+
+
+def split(flat, offsets):
+    """Flat token array + N+1 offsets -> list of N arrays."""
+    return [flat[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def summary(step, rank, g):
+    rewards = g["rewards"][()]
+    lengths = np.diff(g["completion_offsets"][()])
+    names = [str(n) for n in g.attrs["reward_names"]]
+    per_func = g["rewards_per_func"][()]
+    means = ", ".join(f"{n}={np.nanmean(per_func[:, k]):.3f}" for k, n in enumerate(names))
+    threshold = g.attrs.get("entropy_threshold", float("nan"))
+    print(f"step {step} rank {rank}: {len(rewards)} completions, reward mean {rewards.mean():.4f}, "
+          f"mean length {lengths.mean():.1f} tokens, {means}, entropy threshold {threshold}")
+
+
+def show(g, count):
+    prompts = split(g["prompt_ids"][()], g["prompt_offsets"][()])
+    completions = split(g["completion_ids"][()], g["completion_offsets"][()])
+    for i in range(min(count, len(completions))):
+        print(f"  [{i}] group {g['group_index'][i]} reward {g['rewards'][i]:.4f} "
+              f"advantage {g['advantages'][i]:.4f}\n      prompt ids {prompts[i].tolist()}\n"
+              f"      completion ids {completions[i].tolist()}")
+
+
+def check_fixture(store):
+    """The values written by the hidden C++ test case "store: python fixture"."""
+    seen = set()
+    for step, rank, g in step_groups(store):
+        seen.add((step, rank))
+        assert g.attrs["schema_version"] == 1
+        assert g.attrs["step"] == step and g.attrs["rank"] == rank
+        assert g.attrs["world_size"] == 2 and g.attrs["num_generations"] == 4
+        assert [str(n) for n in g.attrs["reward_names"]] == ["length", "worker"]
+        assert g.attrs["config_hash"] == "c0ffee0000000001"
+        assert g.attrs["tokenizer"] == "byte"
+        n = len(g["rewards"])
+        assert n == 4, n
+        np.testing.assert_array_equal(g["rewards"][()], np.arange(n, dtype=np.float32) + 100 * step + 10 * rank)
+        completions = split(g["completion_ids"][()], g["completion_offsets"][()])
+        for i, ids in enumerate(completions):
+            np.testing.assert_array_equal(ids, 10 * i + np.arange(i + 1))
+        t = int(g["completion_offsets"][-1])
+        np.testing.assert_allclose(g["old_logps"][()], -np.arange(t, dtype=np.float32) / 10, rtol=0, atol=0)
+        np.testing.assert_array_equal(g["entropies"][()], np.arange(t, dtype=np.float32) / 4)
+        assert g["completion_mask"].dtype == np.uint8 and g["completion_mask"][()].all()
+        assert g["rewards_per_func"].shape == (n, 2) and g["rewards_per_func"].dtype == np.float64
+        assert np.isnan(g["rewards_per_func"][1, 1])
+        assert ("ref_logps" in g) == (rank == 0)
+        assert g["completion_ids"].compression == "gzip"
+        if (step, rank) == (2, 0):
+            assert g.attrs["entropy_threshold"] == 0.75
+        else:
+            assert "entropy_threshold" not in g.attrs
+    assert seen == {(1, 0), (1, 1), (2, 0), (2, 1)}, seen
+    print("fixture ok:", sorted(seen))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path")
+    parser.add_argument("--step", type=int)
+    parser.add_argument("--rank", type=int)
+    parser.add_argument("--show", type=int, default=0, help="print the first K completions' token ids")
+    parser.add_argument("--check-fixture", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    with open_store(args.path) as store:
+        if args.check_fixture:
+            check_fixture(store)
+            return
+        for step, rank, g in step_groups(store):
+            if (args.step is not None and step != args.step) or (args.rank is not None and rank != args.rank):
+                continue
+            summary(step, rank, g)
+            if args.show:
+                show(g, args.show)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
