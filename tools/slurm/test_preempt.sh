@@ -77,4 +77,9 @@ final=$(printf 'checkpoints/step-%08d/model.safetensors' "$steps")
 [ -s "$work/preempted/$final" ] || fail "preempted run has no $final"
 cmp "$work/reference/$final" "$work/preempted/$final" \
   || fail "resumed run's $final differs from the uninterrupted run's"
+# the checkpoint written on the signal must hold earlier weights: the resumed run trained on from it
+for early in "$work"/preempted/checkpoints/step-*/model.safetensors; do
+  [ "$early" = "$work/preempted/$final" ] && continue
+  cmp -s "$early" "$work/preempted/$final" && fail "$early equals the final weights: nothing trained after the resume"
+done
 echo "PASS: checkpoint on SIGUSR1, requeue, resume; final $final identical to the uninterrupted run"
