@@ -42,7 +42,7 @@ TEST_CASE("on-policy grpo loss is minus the mean advantage of sequences with tok
   CHECK(metrics.at("clip_ratio/low_min") == 0.0);
 }
 
-TEST_CASE("dapo divides the token sum by the global token count per process; dr_grpo by B times max length") {
+TEST_CASE("dapo divides by the global token count per process and dr_grpo by B times max length") {
   LossInputs in = small_inputs();
   LossSettings settings;
   settings.loss_type = "bnpo";
