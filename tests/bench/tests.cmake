@@ -1,0 +1,3 @@
+# `rayless init-model` (tools/bench): seeded, reproducible HF directories.
+add_test(NAME bench-init-model COMMAND ${CMAKE_CURRENT_LIST_DIR}/init_model.sh $<TARGET_FILE:rayless>)
+set_tests_properties(bench-init-model PROPERTIES TIMEOUT 120 LABELS e2e)
