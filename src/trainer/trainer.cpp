@@ -129,7 +129,7 @@ class Trainer {
   GenerationBatch generate_and_score(int64_t generation_step);
   GenerationBatch reload_generation(int64_t generation_step);
   void finish_generation(GenerationBatch& batch);
-  LogProbs policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length);
+  LogprobsAndEntropies policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length);
   StepMetrics train_micro_batch(const GenerationBatch& batch, int64_t micro_index);
   double optimizer_step();
   void save(bool at_optimizer_boundary);
@@ -415,8 +415,8 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   adv.num_generations = G;
   adv.scale_rewards = cfg_.grpo.scale_rewards;
   adv.multi_objective_aggregation = cfg_.grpo.multi_objective_aggregation;
-  adv.reward_weights = rewards_->weights();
-  const AdvantageResult all = compute_advantages(all_rewards_per_func, adv);
+  // every rank holds the whole batch's rewards, so batch statistics need no further collective
+  const AdvantageOutput all = compute_advantages(all_rewards_per_func, rewards_->weights(), adv);
   const int64_t first_row = [&] {
     int64_t offset = 0;
     auto counts = comm_->allgather(torch::tensor({N}, torch::kInt64));
@@ -433,7 +433,7 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   {
     torch::NoGradGuard no_grad;
     if (needs_old_logps_) {
-      LogProbs old = policy_logprobs(policy_, packed, T);
+      LogprobsAndEntropies old = policy_logprobs(policy_, packed, T);
       ++old_logprob_passes_;
       batch.old_logps = old.logps.to(torch::kFloat32);
       entropies = old.entropies.to(torch::kFloat32);
@@ -441,7 +441,7 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
       entropies = torch::Tensor();
     }
     if (cfg_.grpo.beta > 0) {
-      LogProbs ref = policy_logprobs(reference_, packed, T);
+      LogprobsAndEntropies ref = policy_logprobs(reference_, packed, T);
       batch.ref_logps = ref.logps.to(torch::kFloat32);
     }
   }
@@ -467,9 +467,10 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
       m["rewards/" + rewards_->names()[k] + "/mean"] = valid.numel() ? valid.mean().item<double>() : NAN;
       m["rewards/" + rewards_->names()[k] + "/std"] = valid.numel() > 1 ? valid.std().item<double>() : NAN;
     }
-    m["reward"] = all.rewards.mean().item<double>();
-    m["reward_std"] = all.group_std.mean().item<double>();
-    m["frac_reward_zero_std"] = all.group_std_is_zero.to(torch::kFloat64).mean().item<double>();
+    m["reward"] = all.rewards.nanmean().item<double>();
+    m["reward_std"] = all.std_rewards.nanmean().item<double>();
+    m["frac_reward_zero_std"] =
+        torch::isclose(all.std_rewards, torch::zeros_like(all.std_rewards)).to(torch::kFloat64).mean().item<double>();
   }
 
   // the rollout store: what this rank generated, for mu > 1 reuse, resume and inspection
@@ -556,7 +557,7 @@ void Trainer::finish_generation(GenerationBatch& batch) {
 
 // Per-token log-probs and entropies of the completion tokens, through the fused LM-head path (no
 // [B, T, V] logits). Logits are divided by the sampling temperature, as TRL does.
-LogProbs Trainer::policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length) {
+LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length) {
   AutocastScope autocast(cfg_.train.bf16, device_);
   const torch::Tensor input_ids = packed.input_ids.to(device_);
   const torch::Tensor attention_mask = packed.attention_mask.to(device_);
@@ -580,7 +581,7 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
   const PackedBatch packed = pack(prompts, completion_ids, completion_mask.cpu(), tokenizer_->pad_id());
 
-  LogProbs current = policy_logprobs(policy_, packed, completion_ids.size(1));
+  LogprobsAndEntropies current = policy_logprobs(policy_, packed, completion_ids.size(1));
   LossInputs in;
   in.per_token_logps = current.logps.to(torch::kFloat32);
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
@@ -598,12 +599,20 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
     in.entropy_mask = entropy_mask(in.entropies, completion_mask, threshold);
     extra["entropy_threshold"] = threshold;
   }
-  LossSettings settings = loss_settings_from_config(cfg_);
-  settings.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
-  settings.num_processes = runtime_.size();
-  LossOutput out = compute_grpo_loss(in, settings);
+  in.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
+  const LossOutput out = compute_loss(in, loss_settings_from_config(cfg_, runtime_.size()));
   out.loss.backward();
-  StepMetrics m = out.metrics;
+
+  // metrics over all ranks: means from their parts, extremes NaN-ignoring
+  StepMetrics m;
+  for (const auto& [name, part] : out.means) {
+    const double sum = global_sum(*comm_, part.sum), count = global_sum(*comm_, part.count);
+    m[name] = sum / std::max(count, 1.0);
+  }
+  for (const auto& [name, value] : out.minima) m[name] = -global_max(*comm_, std::isnan(value) ? -INFINITY : -value);
+  for (const auto& [name, value] : out.maxima) m[name] = global_max(*comm_, std::isnan(value) ? -INFINITY : value);
+  for (auto& [name, value] : m)
+    if (std::isinf(value)) value = NAN;  // no rank had a value
   for (const auto& [k, v] : extra) m[k] = v;
   return m;
 }
@@ -623,18 +632,15 @@ double Trainer::optimizer_step() {
   return grad_norm;
 }
 
-// TRL logs each micro-step's metric averaged over ranks (min/max for the extremes), then the mean
-// over the micro-steps of the optimizer step.
+// Each micro-step's metrics are already global (train_micro_batch reduces them over ranks); the
+// step's value is their mean over its micro-steps, as TRL averages what it collected between logs.
 StepMetrics Trainer::reduce_step_metrics(const std::vector<StepMetrics>& micro_metrics) {
   StepMetrics sums;
   std::map<std::string, int64_t> counts;
   for (const StepMetrics& local : micro_metrics) {
     for (const auto& [name, value] : local) {
-      double reduced;
-      if (name == "clip_ratio/low_min") reduced = global_min(*comm_, value);
-      else if (name == "clip_ratio/high_max") reduced = global_max(*comm_, value);
-      else reduced = global_sum(*comm_, value) / comm_->size();
-      sums[name] += reduced;
+      if (std::isnan(value)) continue;
+      sums[name] += value;
       counts[name] += 1;
     }
   }
