@@ -152,8 +152,23 @@ torch::Tensor entropies_from_logits(const torch::Tensor& logits, double temperat
 
 LogprobsAndEntropies selective_logprobs_and_entropies(const torch::Tensor& logits, const torch::Tensor& token_ids,
                                                       double temperature, int64_t chunk_rows) {
-  return {selective_logprobs(logits, token_ids, temperature, chunk_rows),
-          entropies_from_logits(logits, temperature, chunk_rows)};
+  check_logits(logits, token_ids, temperature, chunk_rows);
+  // one pass over the logits: each chunk's logsumexp serves both the log-prob and the entropy
+  const int64_t batch = logits.size(0), positions = logits.size(1), vocab = logits.size(2);
+  auto flat = logits.reshape({batch * positions, vocab});
+  auto ids = token_ids.reshape({batch * positions, 1}).to(torch::kLong);
+  auto entropies = torch::empty({batch * positions}, logits.options().dtype(compute_type(logits.scalar_type())));
+  std::vector<torch::Tensor> pieces;
+  for (int64_t start = 0; start < flat.size(0); start += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, flat.size(0) - start);
+    auto z = scaled(flat.narrow(0, start, n), temperature);
+    auto lse = z.logsumexp(-1);
+    pieces.push_back(z.gather(1, ids.narrow(0, start, n)).squeeze(1) - lse);
+    torch::NoGradGuard no_grad;
+    entropies.narrow(0, start, n).copy_(entropy_of(z.detach(), lse.detach()));
+  }
+  auto logps = pieces.empty() ? torch::zeros({batch, positions}, entropies.options()) : torch::cat(pieces).view({batch, positions});
+  return {logps, entropies.view({batch, positions})};
 }
 
 LogprobsAndEntropies fused_logprobs(const torch::Tensor& hidden, const torch::Tensor& lm_head_weight,
