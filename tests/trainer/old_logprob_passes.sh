@@ -11,7 +11,7 @@ mpirun -np 2 --oversubscribe --bind-to none "$rayless" train --config configs/ci
   --set grpo.num_iterations=1 --set grpo.steps_per_generation=1 --set train.max_steps=2 > "$work/mu1.log" 2>&1 || { cat "$work/mu1.log"; exit 1; }
 mpirun -np 2 --oversubscribe --bind-to none "$rayless" train --config configs/ci-small.toml --output "$work/mu2" \
   --set grpo.num_iterations=2 --set grpo.steps_per_generation=1 --set train.max_steps=4 > "$work/mu2.log" 2>&1 || { cat "$work/mu2.log"; exit 1; }
-python3 - "$work" <<'PY'
+/usr/bin/python3 - "$work" <<'PY'
 import json, sys, glob, os
 def passes(run):
     return [json.loads(l)["old_logprob_passes"] for l in open(os.path.join(sys.argv[1], run, "metrics.jsonl")) if l.strip()]
