@@ -21,7 +21,7 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-// "step 12/100 | reward 0.512 | kl 0.0012 | 1234 tok/s | ETA 3m12s"
+// "step 12/100 | reward 0.512 | kl 0.0012 | tok/s 1234 | s/step 1.20 | ETA 3m12s" (missing fields left out)
 std::string progress_line(int64_t step, int64_t max_steps, const StepMetrics& metrics, double eta_seconds);
 
 // Peak resident set size of this process in bytes (VmHWM), 0 when unknown.

@@ -58,12 +58,23 @@ double get(const StepMetrics& m, const char* key) {
 }  // namespace
 
 std::string progress_line(int64_t step, int64_t max_steps, const StepMetrics& metrics, double eta_seconds) {
-  char buffer[256];
-  std::snprintf(buffer, sizeof buffer, "step %lld/%lld | reward %.4f | kl %.4g | %.0f tok/s | %.2fs/step | ETA %s",
-                static_cast<long long>(step), static_cast<long long>(max_steps), get(metrics, "reward"),
-                get(metrics, "kl"), get(metrics, "tokens_per_second"), get(metrics, "step_time"),
-                format_duration(eta_seconds).c_str());
-  return buffer;
+  // fields a step does not have (kl without a reference model, reward between generations) are left out
+  std::ostringstream out;
+  out << "step " << step << "/" << max_steps;
+  char buffer[64];
+  auto field = [&](const char* label, const char* key, const char* format) {
+    const double v = get(metrics, key);
+    if (std::isnan(v)) return;
+    std::snprintf(buffer, sizeof buffer, format, v);
+    out << " | " << label << " " << buffer;
+  };
+  field("reward", "reward", "%.4f");
+  field("kl", "kl", "%.4g");
+  field("entropy", "entropy", "%.3f");
+  field("tok/s", "tokens_per_second", "%.0f");
+  field("s/step", "step_time", "%.2f");
+  out << " | ETA " << format_duration(eta_seconds);
+  return out.str();
 }
 
 int64_t peak_rss_bytes() {
