@@ -6,7 +6,12 @@ set -euo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root_dir"
 if [ ! -d src/comm/nccl ]; then echo "nccl-check: no src/comm/nccl yet"; exit 0; fi
-cuda_home=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")}
+# the CUDA toolkit: CUDA_HOME, /usr/local/cuda, or two levels above nvcc — whichever has the headers
+cuda_home=""
+for d in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent)")")")"; do
+  [ -n "$d" ] && [ -f "$d/include/cuda_runtime_api.h" ] && cuda_home=$d && break
+done
+[ -n "$cuda_home" ] || { echo "nccl-check: error: CUDA runtime headers not found (set CUDA_HOME)" >&2; exit 2; }
 include_dir=${RAYLESS_NCCL_INCLUDE_DIR:-}
 if [ -z "$include_dir" ]; then
   for d in "$cuda_home/include" /usr/include .venv/nccl-include; do
@@ -19,7 +24,7 @@ if [ -z "$include_dir" ]; then
   .venv/bin/python -m pip download -q --no-deps -d "$tmp" nvidia-nccl-cu13 \
     || { echo "nccl-check: error: cannot get nccl.h (set RAYLESS_NCCL_INCLUDE_DIR)" >&2; exit 2; }
   mkdir -p .venv/nccl-include
-  (cd "$tmp" && .venv/bin/python - "$root_dir/.venv/nccl-include" <<'PY'
+  (cd "$tmp" && "$root_dir/.venv/bin/python" - "$root_dir/.venv/nccl-include" <<'PY'
 import sys, zipfile, glob, os
 whl = glob.glob("*.whl")[0]
 with zipfile.ZipFile(whl) as z:
@@ -37,11 +42,12 @@ fi
 include_dir=$(cd "$include_dir" && pwd)
 prefix=$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')
 check_dir=${RAYLESS_BUILD_DIR:-build}-nccl-check
-if [ ! -f "$check_dir/CMakeCache.txt" ]; then
+# configure every time (cheap when nothing changed) so changed include directories take effect
+{
   cmake -S . -B "$check_dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_PREFIX_PATH="$prefix" \
     $(command -v ccache >/dev/null && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) \
     -DRAYLESS_CUDA=OFF -DRAYLESS_NCCL_COMPILE_CHECK=ON -DRAYLESS_NCCL_INCLUDE_DIR="$include_dir" \
     -DRAYLESS_CUDA_INCLUDE_DIR="$cuda_home/include" >/dev/null
-fi
+}
 cmake --build "$check_dir" --target rayless_nccl -j "$(nproc)"
 echo "nccl-check: src/comm/nccl compiles against $include_dir/nccl.h"
