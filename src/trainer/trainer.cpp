@@ -473,34 +473,36 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
         torch::isclose(all.std_rewards, torch::zeros_like(all.std_rewards)).to(torch::kFloat64).mean().item<double>();
   }
 
-  // the rollout store: what this rank generated, for mu > 1 reuse, resume and inspection
+  // the rollout store: what this rank generated, for mu > 1 reuse, resume and inspection. Rows are
+  // stored unpadded (tokens up to and including EOS); the padded width is kept as an attribute.
   Rollouts r;
   r.step = generation_step;
   r.rank = rank;
-  std::vector<int64_t> flat_prompts, prompt_offsets{0}, flat_completion_offsets{0}, group_index;
+  std::vector<int64_t> flat_prompts, prompt_offsets{0}, completion_offsets{0}, group_index;
+  std::vector<torch::Tensor> keep;  // per row: positions 0 .. length-1
   for (int64_t i = 0; i < N; ++i) {
     const auto& p = batch.prompt_ids[static_cast<size_t>(i)];
     flat_prompts.insert(flat_prompts.end(), p.begin(), p.end());
     prompt_offsets.push_back(static_cast<int64_t>(flat_prompts.size()));
-    flat_completion_offsets.push_back(flat_completion_offsets.back() + T);
+    completion_offsets.push_back(completion_offsets.back() + batch.raw_lengths[i].item<int64_t>());
     group_index.push_back(shard.rows[static_cast<size_t>(i / G)]);
   }
+  const torch::Tensor real = torch::arange(T).unsqueeze(0) < batch.raw_lengths.unsqueeze(1);  // [N, T]
+  auto flat = [&](const torch::Tensor& padded) { return padded.cpu().masked_select(real).contiguous(); };
   auto i64 = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); };
   r.prompt_ids = i64(flat_prompts);
   r.prompt_offsets = i64(prompt_offsets);
-  // completions are stored unpadded-by-row-length T (every row keeps T positions so tensors realign)
-  r.completion_ids = batch.completion_ids.reshape({-1}).contiguous();
-  r.completion_offsets = i64(flat_completion_offsets);
+  r.completion_ids = flat(batch.completion_ids);
+  r.completion_offsets = i64(completion_offsets);
   r.group_index = i64(group_index);
   r.rewards_per_func = rewards_per_func.to(torch::kFloat64);
   r.rewards = rewards.to(torch::kFloat64);
   r.advantages = batch.advantages;
-  r.completion_mask = batch.completion_mask.reshape({-1}).to(torch::kBool);
-  r.old_logps = batch.old_logps.defined() ? batch.old_logps.reshape({-1})
-                : out.logprobs.defined()  ? out.logprobs.to(torch::kFloat32).cpu().reshape({-1})
-                                          : torch::Tensor();
-  if (entropies.defined()) r.entropies = entropies.reshape({-1});
-  if (batch.ref_logps.defined()) r.ref_logps = batch.ref_logps.reshape({-1});
+  r.completion_mask = flat(batch.completion_mask).to(torch::kBool);
+  if (batch.old_logps.defined()) r.old_logps = flat(batch.old_logps);
+  else if (out.logprobs.defined()) r.old_logps = flat(out.logprobs.to(torch::kFloat32));
+  if (entropies.defined()) r.entropies = flat(entropies);
+  if (batch.ref_logps.defined()) r.ref_logps = flat(batch.ref_logps);
   r.truncated = batch.truncated;
   RolloutAttrs attrs;
   attrs.world_size = runtime_.size();
@@ -513,6 +515,7 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   attrs.numbers["old_logps_are_sampling_logps"] = batch.old_logps.defined() ? 0.0 : 1.0;
   attrs.numbers["num_items_in_batch"] = static_cast<double>(batch.num_items_in_batch);
   attrs.numbers["temperature"] = cfg_.generation.temperature;
+  attrs.numbers["completion_width"] = static_cast<double>(T);
   attrs.numbers["beta"] = cfg_.grpo.beta;
   write_rollouts((output_dir_ / "rollouts").string(), r, attrs);
   return batch;
@@ -528,19 +531,27 @@ GenerationBatch Trainer::reload_generation(int64_t generation_step) {
   GenerationBatch batch;
   batch.generation_step = generation_step;
   const int64_t N = r.size();
-  const int64_t T = N > 0 ? r.completion_ids.numel() / N : 0;
+  const int64_t T = static_cast<int64_t>(attrs.numbers.at("completion_width"));
   for (int64_t i = 0; i < N; ++i) {
     const int64_t a = r.prompt_offsets[i].item<int64_t>(), b = r.prompt_offsets[i + 1].item<int64_t>();
     auto slice = r.prompt_ids.slice(0, a, b).contiguous();
     batch.prompt_ids.emplace_back(slice.data_ptr<int64_t>(), slice.data_ptr<int64_t>() + (b - a));
   }
-  batch.completion_ids = r.completion_ids.reshape({N, T});
-  batch.completion_mask = r.completion_mask.reshape({N, T}).to(torch::kFloat32);
+  // back to the padded [N, T] layout the generation had, so every tensor shape (and result) is the same
+  const torch::Tensor lengths = r.completion_offsets.slice(0, 1) - r.completion_offsets.slice(0, 0, N);
+  const torch::Tensor real = torch::arange(T).unsqueeze(0) < lengths.unsqueeze(1);
+  auto padded = [&](const torch::Tensor& flat_values, double fill, torch::Dtype dtype) {
+    torch::Tensor out = torch::full({N, T}, fill, torch::TensorOptions().dtype(dtype));
+    out.masked_scatter_(real, flat_values.to(dtype));
+    return out;
+  };
+  batch.completion_ids = padded(r.completion_ids, static_cast<double>(tokenizer_->pad_id()), torch::kInt64);
+  batch.completion_mask = padded(r.completion_mask, 0.0, torch::kFloat32);
   batch.truncated = r.truncated.to(torch::kBool);
-  batch.raw_lengths = batch.completion_mask.sum(1).to(torch::kInt64);
+  batch.raw_lengths = lengths.to(torch::kInt64);
   batch.advantages = r.advantages.to(torch::kFloat32);
-  if (needs_old_logps_) batch.old_logps = r.old_logps.reshape({N, T}).to(torch::kFloat32);
-  if (cfg_.grpo.beta > 0) batch.ref_logps = r.ref_logps.reshape({N, T}).to(torch::kFloat32);
+  if (needs_old_logps_) batch.old_logps = padded(r.old_logps, 0.0, torch::kFloat32);
+  if (cfg_.grpo.beta > 0) batch.ref_logps = padded(r.ref_logps, 0.0, torch::kFloat32);
   batch.num_items_in_batch = static_cast<int64_t>(attrs.numbers.at("num_items_in_batch"));
   finish_generation(batch);
   return batch;
@@ -598,6 +609,10 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
                                                      cfg_.grpo.entropy_threshold_method);
     in.entropy_mask = entropy_mask(in.entropies, completion_mask, threshold);
     extra["entropy_threshold"] = threshold;
+    // the store records the threshold of each generation's first micro-batch, for `rayless inspect`
+    if (micro_step_ % micro_steps_per_generation_cycle_ == 0)
+      set_rollout_attribute((output_dir_ / "rollouts").string(), batch.generation_step, runtime_.rank(),
+                            "entropy_threshold", threshold);
   }
   in.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
   const LossOutput out = compute_loss(in, loss_settings_from_config(cfg_, runtime_.size()));

@@ -7,7 +7,7 @@
 # --fake uses tools/slurm/fake_train.sh (requeue mechanics without the trainer). While `rayless
 # train --help` fails, the real test reports "trainer not available" and is skipped (exit 77), or
 # fails when RAYLESS_REQUIRE_TRAINER=1. Knobs: RAYLESS_TEST_CONFIG (configs/ci-small.toml),
-# RAYLESS_TEST_PREEMPT_STEPS (4), RAYLESS_TEST_TIMEOUT (seconds per job, 400).
+# RAYLESS_TEST_PREEMPT_STEPS (40: long enough that the signal lands mid-run on an idle machine), RAYLESS_TEST_TIMEOUT (seconds per job, 400).
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root_dir/tools/slurm/lib.sh"
@@ -16,7 +16,7 @@ work=${2:?usage: test_preempt.sh RAYLESS_BINARY WORK_DIR [--fake]}
 fake=0
 [ "${3:-}" = --fake ] && fake=1
 slurm_require_cluster
-steps=${RAYLESS_TEST_PREEMPT_STEPS:-4}
+steps=${RAYLESS_TEST_PREEMPT_STEPS:-40}
 if [ $fake = 1 ]; then
   bin=$root_dir/tools/slurm/fake_train.sh
   export FAKE_STEP_SECONDS=1
@@ -39,7 +39,7 @@ export RAYLESS_BIN=$bin RAYLESS_CONFIG=$config
 
 # 1. the reference: no interruption
 job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/reference \
-        sbatch --parsable --output="$work/reference-%j.out" slurm/cpu.sbatch --set "train.max_steps=$steps") \
+        sbatch --parsable --output="$work/reference-%j.out" slurm/cpu.sbatch --set "train.max_steps=$steps" --set checkpoint.save_steps=10) \
   || fail "sbatch slurm/cpu.sbatch failed"
 job=${job%%;*}
 state=$(slurm_wait_job "$job" "$limit")
@@ -48,7 +48,7 @@ echo "reference job $job ended $state"
 
 # 2. the preempted run
 job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/preempted \
-        sbatch --parsable --output="$work/preempted-%j.out" slurm/preemptible.sbatch --set "train.max_steps=$steps") \
+        sbatch --parsable --output="$work/preempted-%j.out" slurm/preemptible.sbatch --set "train.max_steps=$steps" --set checkpoint.save_steps=10) \
   || fail "sbatch slurm/preemptible.sbatch failed"
 job=${job%%;*}
 log=$work/preempted-$job.out
