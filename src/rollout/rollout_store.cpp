@@ -230,7 +230,9 @@ void write_index_file(const fs::path& dir, int64_t world_size) {
     for (int64_t step : steps) {
       Handle group(H5Gcreate2(file, step_group_name(step).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
       runtimeCheck(group.valid(), "HDF5: cannot create group ", step_group_name(step));
-      for (int64_t rank = 0; rank < world_size; ++rank) {
+      // ranks of the current world are linked even before their file lands (links resolve lazily);
+      // ranks beyond it (a run resumed on fewer ranks) only where they wrote this step
+      for (int64_t rank = 0; rank < world_size || fs::exists(step_file_path(dir.string(), rank, step)); ++rank) {
         const std::string link = "rank_" + pad(rank, 5);
         const std::string target = "/" + step_group_name(step);
         check_h5(H5Lcreate_external(rank_file_name(rank).c_str(), target.c_str(), group, link.c_str(), H5P_DEFAULT,

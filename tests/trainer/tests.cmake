@@ -12,3 +12,6 @@ set_tests_properties(trainer-resume-mid-cycle-np2 trainer-resume-mid-accumulatio
                      trainer-bad-config-all-ranks-exit2
                      PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2 LABELS "mpi;e2e"
                                 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/world_size_and_store.sh $<TARGET_FILE:rayless>)
+set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
+                     LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
