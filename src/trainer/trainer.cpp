@@ -61,10 +61,7 @@ uint64_t stream_seed(int64_t seed, int64_t rank, int64_t generation_step, const 
   return fnv1a64(key.data(), key.size()) & 0x7fffffffffffffffULL;
 }
 
-torch::Generator make_generator(uint64_t seed) {
-  auto generator = at::detail::createCPUGenerator(seed);
-  return generator;
-}
+torch::Generator make_generator(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
 
 // One rank's share of one generation: everything the micro-steps of its cycle need.
 struct GenerationBatch {
@@ -157,7 +154,6 @@ class Trainer {
   int64_t optimizer_step_ = 0;   // completed optimizer steps
   int64_t micro_step_ = 0;       // completed micro-steps
   int64_t num_tokens_ = 0;       // prompt + completion tokens seen, all ranks (TRL's num_tokens)
-  bool has_accumulated_grads_ = false;
   int64_t last_saved_micro_step_ = -1;
 
   // derived counts
@@ -274,7 +270,6 @@ int Trainer::run() {
     // 2. One micro-step: log-probs, loss, backward (gradients accumulate locally).
     const auto t1 = Clock::now();
     micro_metrics.push_back(train_micro_batch(batch, position_in_cycle % steps_per_generation_));
-    has_accumulated_grads_ = true;
     ++micro_step_;
     train_seconds += seconds_since(t1);
 
@@ -284,7 +279,6 @@ int Trainer::run() {
       const double grad_norm = optimizer_step();
       train_seconds += seconds_since(t2);
       ++optimizer_step_;
-      has_accumulated_grads_ = false;
 
       StepMetrics m = reduce_step_metrics(micro_metrics);
       micro_metrics.clear();
@@ -437,8 +431,6 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
       ++old_logprob_passes_;
       batch.old_logps = old.logps.to(torch::kFloat32);
       entropies = old.entropies.to(torch::kFloat32);
-    } else if (out.logprobs.defined()) {
-      entropies = torch::Tensor();
     }
     if (cfg_.grpo.beta > 0) {
       LogprobsAndEntropies ref = policy_logprobs(reference_, packed, T);
@@ -744,7 +736,6 @@ void Trainer::restore(const fs::path& checkpoint) {
     torch::load(grads, (checkpoint / str("grads-rank-", runtime_.rank(), ".pt")).string());
     auto params = policy_->parameters();
     for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i].clone();
-    has_accumulated_grads_ = true;
   }
   last_saved_micro_step_ = micro_step_;
   log_info(str("resumed from ", checkpoint.string(), " at step ", optimizer_step_, " (micro-step ", micro_step_, ")"));
