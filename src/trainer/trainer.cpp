@@ -610,14 +610,23 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   const LossOutput out = compute_loss(in, loss_settings_from_config(cfg_, runtime_.size()));
   out.loss.backward();
 
-  // metrics over all ranks: means from their parts, extremes NaN-ignoring
+  // metrics over all ranks in two collectives: means from their summed parts, extremes NaN-ignoring
+  // (minima travel negated so one max-allreduce serves both)
+  std::vector<double> parts, extremes;
+  for (const auto& [name, part] : out.means) parts.insert(parts.end(), {part.sum, part.count});
+  for (const auto& [name, value] : out.minima) extremes.push_back(std::isnan(value) ? -INFINITY : -value);
+  for (const auto& [name, value] : out.maxima) extremes.push_back(std::isnan(value) ? -INFINITY : value);
+  torch::Tensor summed = torch::tensor(parts, torch::kFloat64);
+  torch::Tensor maxed = torch::tensor(extremes, torch::kFloat64);
+  if (summed.numel() > 0) comm_->allreduce(summed, ReduceOp::Sum);
+  if (maxed.numel() > 0) comm_->allreduce(maxed, ReduceOp::Max);
   StepMetrics m;
-  for (const auto& [name, part] : out.means) {
-    const double sum = global_sum(*comm_, part.sum), count = global_sum(*comm_, part.count);
-    m[name] = sum / std::max(count, 1.0);
-  }
-  for (const auto& [name, value] : out.minima) m[name] = -global_max(*comm_, std::isnan(value) ? -INFINITY : -value);
-  for (const auto& [name, value] : out.maxima) m[name] = global_max(*comm_, std::isnan(value) ? -INFINITY : value);
+  int64_t i = 0;
+  for (const auto& [name, part] : out.means)
+    m[name] = summed[2 * i].item<double>() / std::max(summed[2 * i + 1].item<double>(), 1.0), ++i;
+  i = 0;
+  for (const auto& [name, value] : out.minima) m[name] = -maxed[i++].item<double>();
+  for (const auto& [name, value] : out.maxima) m[name] = maxed[i++].item<double>();
   for (auto& [name, value] : m)
     if (std::isinf(value)) value = NAN;  // no rank had a value
   for (const auto& [k, v] : extra) m[k] = v;
