@@ -107,6 +107,7 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 1;
   bool bf16 = false;
   bool gradient_checkpointing = false;
+  bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
   std::string output_dir = "runs/default";
 };
 

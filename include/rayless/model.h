@@ -75,9 +75,11 @@ struct RotaryTables {  // cos/sin [B, T, D] in the compute dtype
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArchConfig& c);
-  // mask: bool [B, 1, T, S] (true = may attend), S = past + T
+  // mask: bool [B, 1, T, S] (true = may attend), S = past + T. x is [B, T, H], or, when token_index
+  // (flat positions of [B, T]) is defined, [N, H] holding only those positions: the projections then
+  // run on the N tokens alone and only the attention itself sees the padded [B, T] layout.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
-                        KVCache* cache, size_t layer_index);
+                        KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
@@ -96,7 +98,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const ModelArchConfig& c);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
-                        KVCache* cache, size_t layer_index);
+                        KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -120,9 +122,13 @@ class CausalLMImpl : public torch::nn::Module {
   // Final-normed hidden states [B, T, H]. input_ids [B, T] (left-padded); attention_mask [B, S] with
   // S = cache length + T (1 = real token; undefined = all ones); position_ids [B, T] (undefined =
   // cumsum(mask) - 1 over the whole mask, as transformers does). With a cache the new keys/values are
-  // appended to it.
+  // appended to it (differentiably: a cache built with grad enabled carries gradients back to the
+  // pass that filled it). token_index (int64, flat positions of [B, T]) computes only those positions
+  // and returns [N, H] in that order; positions left out are neither computed nor appended to a cache
+  // in any usable way, so leave out only positions no later token needs (padding, the tail).
   torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
-                               const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
+                               const torch::Tensor& position_ids = {}, KVCache* cache = nullptr,
+                               const torch::Tensor& token_index = {});
   torch::Tensor logits(const torch::Tensor& hidden);  // hidden @ lm_head_weight^T, [.., V]
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
   torch::Tensor lm_head_weight() const;  // [V, H]; the embedding when tied
@@ -150,6 +156,7 @@ class CausalLMImpl : public torch::nn::Module {
   RotaryTables rotary(const torch::Tensor& position_ids, torch::Dtype dtype) const;
   ModelArchConfig config_;
   bool gradient_checkpointing_ = false;
+  mutable torch::Tensor inv_freq_;  // RoPE inverse frequencies [D/2], float32, on the last device used
 };
 TORCH_MODULE(CausalLM);
 

@@ -292,6 +292,7 @@ std::vector<ConfigField> build_fields() {
   f.push_back(int_field("train.gradient_accumulation_steps", REF(train.gradient_accumulation_steps), 1, kNoMax, "micro-steps per optimizer step"));
   f.push_back(bool_field("train.bf16", REF(train.bf16), "bfloat16 autocast for forward and backward (fp32 master weights)"));
   f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory"));
+  f.push_back(bool_field("train.padding_free", REF(train.padding_free), "log-prob passes compute each distinct prompt once and no padding (false: TRL's padded layout)"));
   f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));
   // [checkpoint]
   f.push_back(int_field("checkpoint.save_steps", REF(checkpoint.save_steps), 0, kNoMax, "checkpoint every N optimizer steps (0 = only at the end and on signal)"));

@@ -279,11 +279,19 @@ AttentionImpl::AttentionImpl(const ModelArchConfig& c)
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
-                                     KVCache* cache, size_t layer_index) {
-  const int64_t b = x.size(0), t = x.size(1);
-  auto q = q_proj(x).view({b, t, num_heads, head_dim});
-  auto k = k_proj(x).view({b, t, num_kv_heads, head_dim});
-  auto v = v_proj(x).view({b, t, num_kv_heads, head_dim}).transpose(1, 2);
+                                     KVCache* cache, size_t layer_index, const torch::Tensor& token_index) {
+  const int64_t b = rope.cos.size(0), t = rope.cos.size(1);
+  const bool packed = token_index.defined();
+  // packed tokens go to their [B, T] slots (zeros elsewhere) for the attention only
+  auto to_padded = [&](const torch::Tensor& projected, int64_t heads) {
+    if (!packed) return projected.view({b, t, heads, head_dim});
+    return torch::zeros({b * t, heads * head_dim}, projected.options())
+        .index_copy(0, token_index, projected)
+        .view({b, t, heads, head_dim});
+  };
+  auto q = to_padded(q_proj(x), num_heads);
+  auto k = to_padded(k_proj(x), num_kv_heads);
+  auto v = to_padded(v_proj(x), num_kv_heads).transpose(1, 2);
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -291,12 +299,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   q = apply_rope(q.transpose(1, 2), rope);
   k = apply_rope(k.transpose(1, 2), rope);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
-  if (num_kv_heads != num_heads) {  // grouped-query attention: each kv head serves a group of query heads
-    k = k.repeat_interleave(num_heads / num_kv_heads, 1);
-    v = v.repeat_interleave(num_heads / num_kv_heads, 1);
-  }
-  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, 1.0 / std::sqrt(double(head_dim)));
-  return o_proj(out.transpose(1, 2).reshape({b, t, num_heads * head_dim}));
+  // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
+  // repeated copy of the keys and values
+  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, 1.0 / std::sqrt(double(head_dim)),
+                                              /*enable_gqa=*/num_kv_heads != num_heads);
+  out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
+  if (packed) out = out.view({b * t, num_heads * head_dim}).index_select(0, token_index);
+  return o_proj(out);
 }
 
 MLPImpl::MLPImpl(const ModelArchConfig& c) {
@@ -315,8 +324,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelArchConfig& c) {
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
-                                        KVCache* cache, size_t layer_index) {
-  auto h = x + self_attn(input_layernorm(x), rope, mask, cache, layer_index);
+                                        KVCache* cache, size_t layer_index, const torch::Tensor& token_index) {
+  auto h = x + self_attn(input_layernorm(x), rope, mask, cache, layer_index, token_index);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -385,19 +394,22 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
 }
 
 RotaryTables CausalLMImpl::rotary(const torch::Tensor& position_ids, torch::Dtype dtype) const {
-  const int64_t d = config_.head_dim;
-  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
-  auto exponents = torch::arange(0, d, 2, torch::TensorOptions().dtype(torch::kLong).device(position_ids.device()))
-                       .to(torch::kFloat32) / double(d);
-  auto inv_freq = 1.0 / torch::pow(torch::scalar_tensor(config_.rope_theta, opts), exponents);
-  if (config_.rope_linear_factor != 1.0) inv_freq = inv_freq / config_.rope_linear_factor;
-  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq;  // [B, T, D/2]
+  if (!inv_freq_.defined() || inv_freq_.device() != position_ids.device()) {  // computed once per device
+    const int64_t d = config_.head_dim;
+    auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
+    auto exponents = torch::arange(0, d, 2, torch::TensorOptions().dtype(torch::kLong).device(position_ids.device()))
+                         .to(torch::kFloat32) / double(d);
+    inv_freq_ = 1.0 / torch::pow(torch::scalar_tensor(config_.rope_theta, opts), exponents);
+    if (config_.rope_linear_factor != 1.0) inv_freq_ = inv_freq_ / config_.rope_linear_factor;
+  }
+  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // [B, T, D/2]
   auto emb = torch::cat({freqs, freqs}, -1);
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
 torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask_in,
-                                           const torch::Tensor& position_ids_in, KVCache* cache) {
+                                           const torch::Tensor& position_ids_in, KVCache* cache,
+                                           const torch::Tensor& token_index_in) {
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   const int64_t past = cache ? cache->length : 0;
   const auto device = input_ids.device();
@@ -410,23 +422,32 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
                                                          : position_ids_from_mask(attention_mask).narrow(1, past, t);
   // bool [B, 1, T, S]: causal and not padding; every query may see itself so that rows of padding
   // never become all-masked (NaN) — their outputs are ignored anyway.
-  auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-  auto query_pos = torch::arange(past, past + t, opts).view({t, 1});
-  auto key_pos = torch::arange(0, past + t, opts).view({1, past + t});
-  auto causal = key_pos <= query_pos;
-  auto allowed = causal.unsqueeze(0) & attention_mask.to(torch::kBool).unsqueeze(1);
-  allowed = (allowed | (key_pos == query_pos).unsqueeze(0)).unsqueeze(1);
+  torch::Tensor allowed;
+  if (t == 1) {  // one new token (decoding): all earlier real keys, and itself
+    allowed = attention_mask.to(torch::kBool).view({b, 1, 1, past + 1});
+    allowed.select(3, past).fill_(true);
+  } else {
+    auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+    auto query_pos = torch::arange(past, past + t, opts).view({t, 1});
+    auto key_pos = torch::arange(0, past + t, opts).view({1, past + t});
+    auto causal = key_pos <= query_pos;
+    allowed = causal.unsqueeze(0) & attention_mask.to(torch::kBool).unsqueeze(1);
+    allowed = (allowed | (key_pos == query_pos).unsqueeze(0)).unsqueeze(1);
+  }
 
-  auto h = model->embed_tokens(input_ids);
+  const torch::Tensor token_index = token_index_in.defined() ? token_index_in.to(device) : token_index_in;
+  auto h = token_index.defined() ? model->embed_tokens(input_ids.reshape({-1}).index_select(0, token_index))
+                                 : model->embed_tokens(input_ids);
   const RotaryTables rope = rotary(position_ids, h.scalar_type());
-  const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
+  const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() &&
+                          cache == nullptr && !token_index.defined();
   for (size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);
     if (checkpoint) {
       auto params = layer->parameters();
       h = CheckpointedLayer::apply(h, torch::TensorList(params), reinterpret_cast<int64_t>(layer.get()), rope.cos, rope.sin, allowed)[0];
     } else {
-      h = layer->forward(h, rope, allowed, cache, i);
+      h = layer->forward(h, rope, allowed, cache, i, token_index);
     }
   }
   if (cache) cache->length += t;

@@ -18,6 +18,7 @@
 #include <fstream>
 
 #include "rayless/checkpoint.h"
+#include "rayless/completion_logprobs.h"
 #include "rayless/comm.h"
 #include "rayless/config.h"
 #include "rayless/data_parallel.h"
@@ -79,23 +80,6 @@ struct GenerationBatch {
   StepMetrics metrics;                           // generation-time metrics (rewards, lengths), global
 };
 
-// Inputs of one forward pass over prompt + completion, left-padded.
-struct PackedBatch {
-  torch::Tensor input_ids;       // [B, P + T]
-  torch::Tensor attention_mask;  // [B, P + T]
-  int64_t prompt_length = 0;     // P
-};
-
-PackedBatch pack(const std::vector<std::vector<int64_t>>& prompts, const torch::Tensor& completion_ids,
-                 const torch::Tensor& completion_mask, int64_t pad_id) {
-  auto [prompt_ids, prompt_mask] = left_pad(prompts, pad_id);
-  PackedBatch out;
-  out.prompt_length = prompt_ids.size(1);
-  out.input_ids = torch::cat({prompt_ids, completion_ids}, 1);
-  out.attention_mask = torch::cat({prompt_mask, completion_mask.to(torch::kInt64)}, 1);
-  return out;
-}
-
 // RAII bfloat16 autocast on CPU/CUDA for the forward pass (train.bf16); fp32 master weights.
 class AutocastScope {
  public:
@@ -126,7 +110,8 @@ class Trainer {
   GenerationBatch generate_and_score(int64_t generation_step);
   GenerationBatch reload_generation(int64_t generation_step);
   void finish_generation(GenerationBatch& batch);
-  LogprobsAndEntropies policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length);
+  LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                       const torch::Tensor& completion_ids, const torch::Tensor& completion_mask);
   StepMetrics train_micro_batch(const GenerationBatch& batch, int64_t micro_index);
   double optimizer_step();
   void save(bool at_optimizer_boundary);
@@ -421,19 +406,17 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   const torch::Tensor rewards = all.rewards.slice(0, first_row, first_row + N);
 
   // old log-probs (only when the policy changes within a cycle) and reference log-probs (beta > 0)
-  const PackedBatch packed = pack(batch.prompt_ids, batch.completion_ids, batch.completion_mask, tokenizer_->pad_id());
-  const int64_t T = batch.completion_ids.size(1);
   torch::Tensor entropies;
   {
     torch::NoGradGuard no_grad;
     if (needs_old_logps_) {
-      LogprobsAndEntropies old = policy_logprobs(policy_, packed, T);
+      LogprobsAndEntropies old = policy_logprobs(policy_, batch.prompt_ids, batch.completion_ids, batch.completion_mask);
       ++old_logprob_passes_;
       batch.old_logps = old.logps.to(torch::kFloat32);
       entropies = old.entropies.to(torch::kFloat32);
     }
     if (cfg_.grpo.beta > 0) {
-      LogprobsAndEntropies ref = policy_logprobs(reference_, packed, T);
+      LogprobsAndEntropies ref = policy_logprobs(reference_, batch.prompt_ids, batch.completion_ids, batch.completion_mask);
       batch.ref_logps = ref.logps.to(torch::kFloat32);
     }
   }
@@ -444,8 +427,9 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   {
     const torch::Tensor all_lengths = torch::cat(comm_->allgather_variable(batch.raw_lengths.to(torch::kFloat64)), 0);
     const torch::Tensor all_truncated = torch::cat(comm_->allgather_variable(batch.truncated.to(torch::kFloat64)), 0);
-    const torch::Tensor all_prompt_tokens = torch::tensor(
-        {global_sum(*comm_, static_cast<int64_t>(packed.attention_mask.slice(1, 0, packed.prompt_length).sum().item<int64_t>()))});
+    int64_t prompt_tokens = 0;
+    for (const auto& p : batch.prompt_ids) prompt_tokens += static_cast<int64_t>(p.size());
+    const torch::Tensor all_prompt_tokens = torch::tensor({global_sum(*comm_, prompt_tokens)});
     StepMetrics& m = batch.metrics;
     m["completions/mean_length"] = all_lengths.mean().item<double>();
     m["completions/min_length"] = all_lengths.min().item<double>();
@@ -479,6 +463,7 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
     completion_offsets.push_back(completion_offsets.back() + batch.raw_lengths[i].item<int64_t>());
     group_index.push_back(shard.rows[static_cast<size_t>(i / G)]);
   }
+  const int64_t T = batch.completion_ids.size(1);
   const torch::Tensor real = torch::arange(T).unsqueeze(0) < batch.raw_lengths.unsqueeze(1);  // [N, T]
   auto flat = [&](const torch::Tensor& padded) { return padded.cpu().masked_select(real).contiguous(); };
   auto i64 = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); };
@@ -558,20 +543,17 @@ void Trainer::finish_generation(GenerationBatch& batch) {
   batch.order = torch::randperm(N, generator, torch::TensorOptions().dtype(torch::kInt64));
 }
 
-// Per-token log-probs and entropies of the completion tokens, through the fused LM-head path (no
-// [B, T, V] logits). Logits are divided by the sampling temperature, as TRL does.
-LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const PackedBatch& packed, int64_t completion_length) {
+// Per-token log-probs and entropies of the completion tokens (packed unless train.padding_free is off),
+// through the fused LM head (no [B, T, V] logits), logits divided by the sampling temperature as TRL does.
+LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                              const torch::Tensor& completion_ids, const torch::Tensor& completion_mask) {
   AutocastScope autocast(cfg_.train.bf16, device_);
-  const torch::Tensor input_ids = packed.input_ids.to(device_);
-  const torch::Tensor attention_mask = packed.attention_mask.to(device_);
-  const torch::Tensor hidden = model->forward_hidden(input_ids, attention_mask);
-  const int64_t L = input_ids.size(1);
-  // position t predicts token t + 1: the completion tokens are predicted by positions P-1 .. L-2
-  const torch::Tensor completion_hidden = hidden.slice(1, L - completion_length - 1, L - 1);
-  const torch::Tensor targets = input_ids.slice(1, L - completion_length, L);
-  const double temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;
-  return fused_logprobs(completion_hidden, model->lm_head_weight(), torch::Tensor(), targets, temperature,
-                        cfg_.grpo.logprob_chunk_size);
+  CompletionLogprobOptions options;
+  options.pad_id = tokenizer_->pad_id();
+  options.temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;
+  options.chunk_positions = cfg_.grpo.logprob_chunk_size;
+  options.packed = cfg_.train.padding_free;
+  return completion_logprobs(model, prompts, completion_ids, completion_mask, options);
 }
 
 // One micro-batch: forward with grad, entropy mask (global threshold), loss, backward.
@@ -582,9 +564,7 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(rows[i].item<int64_t>())]);
   const torch::Tensor completion_ids = batch.completion_ids.index_select(0, rows);
   const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
-  const PackedBatch packed = pack(prompts, completion_ids, completion_mask.cpu(), tokenizer_->pad_id());
-
-  LogprobsAndEntropies current = policy_logprobs(policy_, packed, completion_ids.size(1));
+  LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask);
   LossInputs in;
   in.per_token_logps = current.logps.to(torch::kFloat32);
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
@@ -614,6 +594,7 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   // (minima travel negated so one max-allreduce serves both)
   std::vector<double> parts, extremes;
   for (const auto& [name, part] : out.means) parts.insert(parts.end(), {part.sum, part.count});
+  parts.insert(parts.end(), {out.loss.detach().item<double>(), 1.0});  // "loss": mean over ranks
   for (const auto& [name, value] : out.minima) extremes.push_back(std::isnan(value) ? -INFINITY : -value);
   for (const auto& [name, value] : out.maxima) extremes.push_back(std::isnan(value) ? -INFINITY : value);
   torch::Tensor summed = torch::tensor(parts, torch::kFloat64);
@@ -624,6 +605,10 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   int64_t i = 0;
   for (const auto& [name, part] : out.means)
     m[name] = summed[2 * i].item<double>() / std::max(summed[2 * i + 1].item<double>(), 1.0), ++i;
+  // TRL logs the loss summed over a step's micro-steps (each already divided for accumulation); the
+  // step's metrics are means over micro-steps, so scale by their number
+  m["loss"] = summed[2 * i].item<double>() / summed[2 * i + 1].item<double>() *
+              static_cast<double>(cfg_.train.gradient_accumulation_steps);
   i = 0;
   for (const auto& [name, value] : out.minima) m[name] = -maxed[i++].item<double>();
   for (const auto& [name, value] : out.maxima) m[name] = maxed[i++].item<double>();

@@ -1,0 +1,117 @@
+// Completion log-probs: the padded pass (TRL's layout) and the packed pass that shares each prompt's
+// keys/values among its generations and skips padding. See include/rayless/completion_logprobs.h.
+#include "rayless/completion_logprobs.h"
+
+#include <map>
+
+#include "rayless/error.h"
+#include "rayless/sampler.h"
+
+namespace rayless {
+
+namespace {
+
+LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                     const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
+                                     const CompletionLogprobOptions& options) {
+  const auto device = model->device();
+  auto [prompt_ids, prompt_mask] = left_pad(prompts, options.pad_id);
+  const auto input_ids = torch::cat({prompt_ids, completion_ids.cpu()}, 1).to(device);
+  const auto attention_mask = torch::cat({prompt_mask, completion_mask.cpu().to(torch::kInt64)}, 1).to(device);
+  const auto hidden = model->forward_hidden(input_ids, attention_mask);
+  const int64_t L = input_ids.size(1), T = completion_ids.size(1);
+  // position t predicts token t + 1: the completion tokens are predicted by positions P-1 .. L-2
+  return fused_logprobs(hidden.slice(1, L - T - 1, L - 1), model->lm_head_weight(), torch::Tensor(),
+                        input_ids.slice(1, L - T, L), options.temperature, options.chunk_positions);
+}
+
+LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                     const torch::Tensor& completion_ids_in, const torch::Tensor& completion_mask_in,
+                                     const CompletionLogprobOptions& options) {
+  const auto device = model->device();
+  const auto long_cpu = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t B = completion_ids_in.size(0), T = completion_ids_in.size(1);
+  const auto completion_ids = completion_ids_in.cpu().contiguous();
+  const auto scored = (completion_mask_in.cpu() != 0).contiguous();
+
+  // the distinct prompts and, per row, which one it continues
+  std::map<std::vector<int64_t>, int64_t> prompt_number;
+  std::vector<std::vector<int64_t>> distinct;
+  auto prompt_of_row = torch::empty({B}, long_cpu);
+  for (int64_t b = 0; b < B; ++b) {
+    auto [it, added] = prompt_number.emplace(prompts[static_cast<size_t>(b)], static_cast<int64_t>(distinct.size()));
+    if (added) distinct.push_back(it->first);
+    prompt_of_row[b] = it->second;
+  }
+  auto [prompt_ids, prompt_mask] = left_pad(distinct, options.pad_id);
+
+  // Which hidden state scores which token. Packed prompt tokens are numbered in row-major order, so
+  // prompt u's last token (always real: prompts are left-padded) is the cumulative count minus one.
+  const auto prompt_index = prompt_mask.reshape({-1}).nonzero().squeeze(1);
+  const auto last_prompt_token = prompt_mask.sum(1).cumsum(0) - 1;  // [U]
+  auto scored_a = scored.accessor<bool, 2>();
+  auto prompt_of_row_a = prompt_of_row.accessor<int64_t, 1>();
+  auto last_prompt_a = last_prompt_token.accessor<int64_t, 1>();
+  std::vector<int64_t> completion_index, scored_flat, source;  // source: row of cat(prefix, completion) hidden
+  std::vector<int64_t> packed_completion_position(static_cast<size_t>(B * T), -1);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t last_scored = -1;
+    for (int64_t t = 0; t < T; ++t)
+      if (scored_a[b][t]) last_scored = t;
+    // completion positions 0 .. last_scored-1 feed the scores of tokens 1 .. last_scored
+    for (int64_t t = 0; t < last_scored; ++t) {
+      packed_completion_position[static_cast<size_t>(b * T + t)] = static_cast<int64_t>(completion_index.size());
+      completion_index.push_back(b * T + t);
+    }
+  }
+  const int64_t num_prompt_tokens = prompt_index.size(0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      if (!scored_a[b][t]) continue;
+      scored_flat.push_back(b * T + t);
+      source.push_back(t == 0 ? last_prompt_a[prompt_of_row_a[b]]
+                              : num_prompt_tokens + packed_completion_position[static_cast<size_t>(b * T + t - 1)]);
+    }
+  if (scored_flat.empty()) return padded_logprobs(model, prompts, completion_ids_in, completion_mask_in, options);
+
+  // prefix pass over the real prompt tokens, its cache repeated (differentiably) for every row
+  KVCache cache;
+  const auto prefix_hidden =
+      model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device), {}, &cache, prompt_index.to(device));
+  const auto row_prompts = prompt_of_row.to(device);
+  cache.select_rows(row_prompts);
+  torch::Tensor hidden = prefix_hidden;
+  if (!completion_index.empty()) {
+    const auto attention_mask =
+        torch::cat({prompt_mask.index_select(0, prompt_of_row), scored.to(torch::kInt64)}, 1).to(device);
+    const auto completion_hidden = model->forward_hidden(completion_ids.to(device), attention_mask, {}, &cache,
+                                                         torch::tensor(completion_index, long_cpu).to(device));
+    hidden = torch::cat({prefix_hidden, completion_hidden}, 0);
+  }
+  const auto scored_index = torch::tensor(scored_flat, long_cpu).to(device);
+  hidden = hidden.index_select(0, torch::tensor(source, long_cpu).to(device));
+  const auto targets = completion_ids.reshape({-1}).to(device).index_select(0, scored_index);
+  const auto result = fused_logprobs(hidden.unsqueeze(0), model->lm_head_weight(), torch::Tensor(),
+                                     targets.unsqueeze(0), options.temperature, options.chunk_positions);
+  auto scatter = [&](const torch::Tensor& values) {
+    return torch::zeros({B * T}, values.options()).index_copy(0, scored_index, values.squeeze(0)).view({B, T});
+  };
+  return {scatter(result.logps), scatter(result.entropies)};
+}
+
+}  // namespace
+
+LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                         const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
+                                         const CompletionLogprobOptions& options) {
+  runtimeCheck(completion_ids.dim() == 2 && completion_mask.sizes() == completion_ids.sizes() &&
+                   static_cast<int64_t>(prompts.size()) == completion_ids.size(0),
+               "completion_logprobs: ", prompts.size(), " prompts, completion_ids ", completion_ids.sizes(),
+               ", completion_mask ", completion_mask.sizes());
+  const bool checkpointing = model->gradient_checkpointing() && model->is_training() && torch::GradMode::is_enabled();
+  if (!options.packed || checkpointing || completion_ids.size(1) == 0)
+    return padded_logprobs(model, prompts, completion_ids, completion_mask, options);
+  return packed_logprobs(model, prompts, completion_ids, completion_mask, options);
+}
+
+}  // namespace rayless
