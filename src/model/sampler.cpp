@@ -1,6 +1,8 @@
 // Batched generation: one prefill over the distinct prompts, then the KV cache is repeated for the
-// G generations of each prompt and decoding proceeds one token per step for all rows at once.
+// G generations of each prompt and decoding proceeds one token per step for all rows still running.
 #include "rayless/sampler.h"
+
+#include <c10/core/InferenceMode.h>
 
 #include "rayless/error.h"
 
@@ -65,14 +67,15 @@ torch::Tensor process_logits(const torch::Tensor& scores_in, const torch::Tensor
   return scores;
 }
 
-GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const SamplingParams& params, torch::Generator& generator, const Tokenizer* tokenizer) {
+namespace {
+
+GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                              const SamplingParams& params, torch::Generator& generator, const Tokenizer* tokenizer) {
   inputCheck(!prompts.empty(), "generate: no prompts");
   inputCheck(params.num_generations >= 1, "generate: num_generations must be >= 1");
   inputCheck(params.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0");
   inputCheck(params.stop_strings.empty() || tokenizer, "generate: stop strings need a tokenizer");
   for (const auto& p : prompts) inputCheck(!p.empty(), "generate: empty prompt (no tokens)");
-  torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   const auto device = model->device();
@@ -96,7 +99,14 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   prompt_mask = prompt_mask.index_select(0, rows);
 
   torch::Tensor eos = torch::tensor(params.eos_ids.empty() ? std::vector<int64_t>{-1} : params.eos_ids, torch::kLong);
+  // The decode batch holds only rows that may still be running: `rows_in_batch` maps its rows to
+  // output rows. Finished rows are dropped (cache, mask and ids compacted) once they are a quarter of
+  // the batch, so short completions stop costing arithmetic without copying the cache at every EOS.
+  auto rows_in_batch = torch::arange(n, torch::kLong);
+  auto done_in_batch = torch::zeros({n}, torch::kBool);
   auto mask = prompt_mask.to(device);
+  // the next token's position: the number of real tokens before it (what the mask's cumsum gives)
+  auto next_position = prompt_mask.sum(1, /*keepdim=*/true).to(device);
   auto finished = torch::zeros({n}, torch::kBool);
   std::vector<torch::Tensor> tokens, token_mask, token_logprobs;
   std::vector<std::vector<int64_t>> completion_so_far(params.stop_strings.empty() ? 0 : n);
@@ -105,40 +115,56 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   for (int64_t step = 0; step < params.max_new_tokens; ++step) {
     auto scores = last_logits.to(torch::kCPU);
     auto processed = process_logits(scores, ids_so_far, params);
-    torch::Tensor next;
+    torch::Tensor sampled;
     if (greedy) {
-      next = processed.argmax(-1);
+      sampled = processed.argmax(-1);
     } else {
-      next = torch::multinomial(processed.softmax(-1), 1, /*replacement=*/false, generator).squeeze(1);
+      sampled = torch::multinomial(processed.softmax(-1), 1, /*replacement=*/false, generator).squeeze(1);
     }
+    const auto running = done_in_batch.logical_not();
+    sampled = torch::where(running, sampled, torch::full_like(sampled, params.pad_id));
+    // back to all n output rows: rows no longer in the batch get padding and mask 0
     const auto alive = finished.logical_not();
-    next = torch::where(alive, next, torch::full_like(next, params.pad_id));
-    tokens.push_back(next);
+    tokens.push_back(torch::full({n}, params.pad_id, torch::kLong).index_copy_(0, rows_in_batch, sampled));
     token_mask.push_back(alive.to(torch::kLong));
     if (params.return_logprobs) {
       auto base = greedy ? scores : scores / params.temperature;
-      auto lp = base.log_softmax(-1).gather(1, next.unsqueeze(1)).squeeze(1);
-      token_logprobs.push_back(torch::where(alive, lp, torch::zeros_like(lp)));
+      auto lp = base.log_softmax(-1).gather(1, sampled.unsqueeze(1)).squeeze(1);
+      lp = torch::where(running, lp, torch::zeros_like(lp));
+      token_logprobs.push_back(torch::zeros({n}, lp.options()).index_copy_(0, rows_in_batch, lp));
     }
-    auto hit_eos = torch::isin(next, eos) & alive;
+    auto hit_eos = torch::isin(sampled, eos) & running;
     if (!params.stop_strings.empty()) {
-      auto next_a = next.accessor<int64_t, 1>();
-      auto alive_a = alive.accessor<bool, 1>();
-      for (int64_t i = 0; i < n; ++i) {
-        if (!alive_a[i]) continue;
-        completion_so_far[i].push_back(next_a[i]);
-        const std::string text = tokenizer->decode(completion_so_far[i], false);
+      auto sampled_a = sampled.accessor<int64_t, 1>();
+      auto running_a = running.accessor<bool, 1>();
+      auto rows_a = rows_in_batch.accessor<int64_t, 1>();
+      for (int64_t i = 0; i < sampled.size(0); ++i) {
+        if (!running_a[i]) continue;
+        auto& so_far = completion_so_far[static_cast<size_t>(rows_a[i])];
+        so_far.push_back(sampled_a[i]);
+        const std::string text = tokenizer->decode(so_far, false);
         for (const auto& stop : params.stop_strings)
-          if (!stop.empty() && text.find(stop) != std::string::npos) {
-            hit_eos[i] = true;
-          }
+          if (!stop.empty() && text.find(stop) != std::string::npos) hit_eos[i] = true;
       }
     }
-    finished = finished | hit_eos;
-    if (ids_so_far.defined()) ids_so_far = torch::cat({ids_so_far, next.unsqueeze(1)}, 1);
-    if (finished.all().item<bool>() || step + 1 == params.max_new_tokens) break;
-    mask = torch::cat({mask, torch::ones({n, 1}, mask.options())}, 1);
-    hidden = model->forward_hidden(next.unsqueeze(1).to(device), mask, {}, &cache);
+    done_in_batch = done_in_batch | hit_eos;
+    finished.index_fill_(0, rows_in_batch.masked_select(hit_eos), true);
+    if (ids_so_far.defined()) ids_so_far = torch::cat({ids_so_far, sampled.unsqueeze(1)}, 1);
+    if (done_in_batch.all().item<bool>() || step + 1 == params.max_new_tokens) break;
+    const int64_t num_done = done_in_batch.sum().item<int64_t>();
+    if (4 * num_done >= done_in_batch.size(0)) {
+      const auto keep = done_in_batch.logical_not().nonzero().squeeze(1);
+      cache.select_rows(keep);
+      mask = mask.index_select(0, keep.to(device));
+      next_position = next_position.index_select(0, keep.to(device));
+      rows_in_batch = rows_in_batch.index_select(0, keep);
+      sampled = sampled.index_select(0, keep);
+      done_in_batch = done_in_batch.index_select(0, keep);
+      if (ids_so_far.defined()) ids_so_far = ids_so_far.index_select(0, keep);
+    }
+    mask = torch::cat({mask, torch::ones({mask.size(0), 1}, mask.options())}, 1);
+    hidden = model->forward_hidden(sampled.unsqueeze(1).to(device), mask, next_position, &cache);
+    next_position = next_position + 1;
     last_logits = model->logits(hidden.select(1, 0)).to(torch::kFloat32);
   }
 
@@ -156,6 +182,22 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
   }
   out.truncated = finished.logical_not();
   if (was_training) model->train();
+  return out;
+}
+
+}  // namespace
+
+GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const SamplingParams& params, torch::Generator& generator, const Tokenizer* tokenizer) {
+  GenerationOutput out;
+  {
+    // no autograd bookkeeping on the many small ops of decoding; the results are cloned out of
+    // inference mode so that training may save them for backward
+    c10::InferenceMode inference;
+    out = sample_batch(model, prompts, params, generator, tokenizer);
+  }
+  for (torch::Tensor* t : {&out.prompt_ids, &out.prompt_mask, &out.completion_ids, &out.completion_mask, &out.truncated, &out.logprobs})
+    if (t->defined()) *t = t->clone();
   return out;
 }
 

@@ -132,3 +132,49 @@ TEST_CASE("stop strings end a completion after the token that completes them") {
   CHECK(kept <= 3);
   CHECK_FALSE(stopped.truncated[0].item<bool>());
 }
+
+// Many EOS ids make rows finish at different steps, so the decode batch is compacted several times;
+// a cache row paired with the wrong output row would break both checks below.
+TEST_CASE("rows that finish leave the decode batch without disturbing the others") {
+  CausalLM model = tiny_model(5);
+  SamplingParams p;
+  p.max_new_tokens = 12;
+  p.num_generations = 4;
+  p.temperature = 0.9;
+  p.pad_id = 256;
+  p.return_logprobs = true;
+  for (int64_t id = 0; id < 48; ++id) p.eos_ids.push_back(id * 5);
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8}, {9}};
+  torch::Generator g = at::make_generator<at::CPUGeneratorImpl>(3);
+  auto out = generate(model, prompts, p, g);
+  const auto lengths = out.completion_mask.sum(1);
+  INFO("lengths " << lengths);
+  CHECK(lengths.min().item<int64_t>() < lengths.max().item<int64_t>());
+  CHECK(std::get<0>(at::_unique(lengths)).numel() >= 4);  // several distinct finishing steps
+  // sampled log-probs = a fresh forward over prompt + completion
+  auto ids = torch::cat({out.prompt_ids, out.completion_ids}, 1);
+  auto mask = torch::cat({out.prompt_mask, out.completion_mask}, 1);
+  {
+    torch::NoGradGuard no_grad;
+    auto logits = model->forward(ids, mask) / 0.9;
+    const int64_t p_len = out.prompt_ids.size(1), t_len = out.completion_ids.size(1);
+    auto lp = logits.narrow(1, p_len - 1, t_len).log_softmax(-1).gather(2, out.completion_ids.unsqueeze(-1)).squeeze(-1);
+    lp = lp * out.completion_mask;
+    CHECK((lp - out.logprobs).abs().max().item<double>() < 1e-4);
+  }
+  // after its end a row holds padding only
+  CHECK(torch::equal(out.completion_ids.masked_select(out.completion_mask == 0),
+                     torch::full({(out.completion_mask == 0).sum().item<int64_t>()}, 256, torch::kLong)));
+  // greedy: the batched rows equal each prompt decoded alone
+  p.greedy = true;
+  p.num_generations = 1;
+  p.eos_ids = {0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95, 100};
+  auto batched = generate(model, prompts, p, g);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = generate(model, {prompts[i]}, p, g);
+    const int64_t len = alone.completion_mask.sum().item<int64_t>();
+    INFO("prompt " << i << " length " << len);
+    CHECK(batched.completion_mask[static_cast<int64_t>(i)].sum().item<int64_t>() == len);
+    CHECK(torch::equal(batched.completion_ids[static_cast<int64_t>(i)].narrow(0, 0, len), alone.completion_ids[0].narrow(0, 0, len)));
+  }
+}
