@@ -148,6 +148,9 @@ class Trainer {
   int64_t warmup_steps_ = 0;
   int64_t test_signal_micro_step_ = -1;  // RAYLESS_TEST_SIGNAL_AT_MICRO_STEP
   int64_t old_logprob_passes_ = 0;       // no-grad passes for old log-probs (reported per step)
+  double sampling_seconds_ = 0;          // parts of the step's time, reported per step: sampling
+  double allreduce_seconds_ = 0;         // (inside time/generation), gradient allreduce and
+  double optimizer_seconds_ = 0;         // clip + AdamW (inside time/train)
 };
 
 Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runtime), options_(options) {
@@ -276,6 +279,10 @@ int Trainer::run() {
       m["num_tokens"] = static_cast<double>(num_tokens_);
       m["old_logprob_passes"] = static_cast<double>(old_logprob_passes_);  // μ = 1 skips this pass
       old_logprob_passes_ = 0;
+      m["time/sampling"] = sampling_seconds_;
+      m["time/gradient_allreduce"] = allreduce_seconds_;
+      m["time/optimizer"] = optimizer_seconds_;
+      sampling_seconds_ = allreduce_seconds_ = optimizer_seconds_ = 0;
       m["step_time"] = step_time;
       m["time/generation"] = generation_seconds;
       m["time/train"] = train_seconds;
@@ -366,7 +373,9 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   params.return_logprobs = !needs_old_logps_;
   torch::Generator generator = make_generator(stream_seed(cfg_.train.seed, rank, generation_step, "sample"));
   policy_->eval();
+  const auto sampling_start = Clock::now();
   GenerationOutput out = generate(policy_, prompts, params, generator, tokenizer_.get());
+  sampling_seconds_ += seconds_since(sampling_start);
   policy_->train();
 
   const int64_t N = out.completion_ids.size(0);
@@ -620,7 +629,10 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
 
 // Average gradients over ranks, clip, AdamW with the scheduled learning rate. Returns the grad norm.
 double Trainer::optimizer_step() {
+  const auto allreduce_start = Clock::now();
   data_parallel_->allreduce_gradients();
+  allreduce_seconds_ += seconds_since(allreduce_start);
+  const auto optimizer_start = Clock::now();
   double grad_norm = NAN;
   std::vector<torch::Tensor> parameters = policy_->parameters();
   if (cfg_.optim.max_grad_norm > 0)
@@ -630,6 +642,7 @@ double Trainer::optimizer_step() {
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   optimizer_->step();
   optimizer_->zero_grad(true);
+  optimizer_seconds_ += seconds_since(optimizer_start);
   return grad_norm;
 }
 

@@ -38,8 +38,10 @@ SETTINGS = {
 }
 # (steps, warm-up steps left out of the timing). At mu = 4 a generation serves 4 optimizer steps, so
 # the warm-up is one whole generation cycle and the measured window holds whole cycles.
-STEPS = {("tiny", 1): (12, 2), ("tiny", 4): (16, 4), ("small", 1): (6, 2), ("small", 4): (8, 4)}
-TOOLS = ["trl", "rayless-1", "rayless-2"]
+STEPS = {("tiny", 1): (24, 2), ("tiny", 4): (28, 4), ("small", 1): (8, 2), ("small", 4): (12, 4)}
+# rayless-1-padded: one rank with train.padding_free = false, TRL's padded [B, P + T] log-prob layout,
+# to show how much of the difference the packed log-prob pass makes.
+TOOLS = ["trl", "rayless-1-padded", "rayless-1", "rayless-2"]
 
 
 def log(msg):
@@ -99,7 +101,7 @@ def prepare_models(rayless, out, sizes):
     return models
 
 
-def rayless_config(model_dir, mu, steps, per_rank_batch, threads):
+def rayless_config(model_dir, mu, steps, per_rank_batch, threads, padding_free=True):
     s = SETTINGS
     return f"""# written by tools/bench/compare.py
 [model]
@@ -143,6 +145,7 @@ max_steps = {steps}
 seed = {s['seed']}
 per_device_train_batch_size = {per_rank_batch}
 gradient_accumulation_steps = 1
+padding_free = {"true" if padding_free else "false"}
 
 [checkpoint]
 save_steps = 0
@@ -175,7 +178,8 @@ def run_one(tool, size, mu, model_dir, args):
         processes = int(tool.split("-")[1])
         config_path = run_dir + ".toml"
         with open(config_path, "w") as f:
-            f.write(rayless_config(model_dir, mu, steps, s["global_batch_size"] // processes, args.threads))
+            f.write(rayless_config(model_dir, mu, steps, s["global_batch_size"] // processes, args.threads,
+                                   padding_free=not tool.endswith("-padded")))
         cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(processes),
                args.rayless, "train", "--config", config_path, "--output", run_dir]
     log(f"{size} mu={mu} {tool}: {steps} steps (load {load_average():.1f})")
@@ -324,7 +328,8 @@ def plot(results, path):
     mus = sorted({r["mu"] for r in runs})
     fig, axes = plt.subplots(len(sizes), len(mus), figsize=(5.2 * len(mus), 3.6 * len(sizes)), squeeze=False)
     styles = {"trl": ("tab:orange", "o", "TRL GRPOTrainer"), "rayless-1": ("tab:blue", "s", "rayless, 1 rank"),
-              "rayless-2": ("tab:green", "^", "rayless, 2 ranks")}
+              "rayless-2": ("tab:green", "^", "rayless, 2 ranks"),
+              "rayless-1-padded": ("tab:purple", "", "rayless, 1 rank, padded log-probs")}
     for i, size in enumerate(sizes):
         for j, mu in enumerate(mus):
             ax = axes[i][j]
@@ -334,7 +339,8 @@ def plot(results, path):
                 color, marker, label = styles.get(r["tool"], ("gray", "x", r["tool"]))
                 xs = [x[0] for x in r["reward_by_step"]]
                 ys = [x[1] for x in r["reward_by_step"]]
-                ax.plot(xs, ys, color=color, marker=marker, markersize=4, label=label)
+                ax.plot(xs, ys, color=color, marker=marker or None, markersize=4, label=label,
+                        linestyle=":" if r["tool"].endswith("-padded") else "-")
             ax.set_title(f"{size} model, μ = {mu}")
             ax.set_xlabel("optimizer step")
             ax.set_ylabel("mean reward")

@@ -2,15 +2,16 @@
 # rayless vs TRL's GRPOTrainer, side by side on one shared setup (CPU). The one command behind the
 # "rayless vs TRL" section of docs/benchmarks.md:
 #
-#   tools/bench/compare.sh [--threads N] [--sizes tiny,small] [--mus 1,4] [--tools trl,rayless-1,rayless-2]
+#   tools/bench/compare.sh [--threads N] [--sizes tiny,small] [--mus 1,4] [--tools trl,rayless-1-padded,rayless-1,rayless-2]
 #
 # It creates .venv-trl (trl, transformers, torch==2.13.0 CPU, matplotlib) when missing, builds
 # rayless when missing, writes the shared models with `rayless init-model`, runs every combination
-# (tiny ~5M and small ~53M parameters; mu = 1 and 4; TRL, rayless 1 rank, rayless 2 ranks), and writes
+# (tiny ~5M and small ~53M parameters; mu = 1 and 4; TRL, rayless 1 rank with and without the packed
+# log-prob pass, rayless 2 ranks), and writes
 # runs/bench/results.json, runs/bench/table.md and docs/img/bench_trl_reward.png.
 # Environment: RAYLESS_BIN (a built rayless; default $RAYLESS_BUILD_DIR/rayless, RAYLESS_BUILD_DIR
 # defaults to build), BENCH_OUT (default runs/bench), BENCH_PLOT (default docs/img/bench_trl_reward.png).
-# About 15-20 minutes on 2 idle cores.
+# About 9 minutes on 2 idle cores.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
