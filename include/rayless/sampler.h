@@ -37,6 +37,8 @@ struct GenerationOutput {
   torch::Tensor truncated;        // [N] bool: no EOS (nor stop string) within max_new_tokens
   torch::Tensor logprobs;         // [N, T] float32 (if asked): log-softmax(logits / temperature) of the
                                   // chosen token (raw logits when greedy), 0 after the end
+  torch::Tensor entropies;        // [N, T] float32 (with logprobs): entropy (nats) of that same
+                                  // distribution, before top-k/top-p/min-p, as TRL computes it; 0 after the end
 };
 
 // Pads prompts on the left: ids [B, P] and mask [B, P] (int64).

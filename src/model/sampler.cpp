@@ -108,7 +108,7 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
   // the next token's position: the number of real tokens before it (what the mask's cumsum gives)
   auto next_position = prompt_mask.sum(1, /*keepdim=*/true).to(device);
   auto finished = torch::zeros({n}, torch::kBool);
-  std::vector<torch::Tensor> tokens, token_mask, token_logprobs;
+  std::vector<torch::Tensor> tokens, token_mask, token_logprobs, token_entropies;
   std::vector<std::vector<int64_t>> completion_so_far(params.stop_strings.empty() ? 0 : n);
   torch::Tensor ids_so_far = params.repetition_penalty != 1.0 ? prompt_ids.clone() : torch::Tensor();
 
@@ -129,9 +129,13 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
     token_mask.push_back(alive.to(torch::kLong));
     if (params.return_logprobs) {
       auto base = greedy ? scores : scores / params.temperature;
-      auto lp = base.log_softmax(-1).gather(1, sampled.unsqueeze(1)).squeeze(1);
+      const auto log_probs = base.log_softmax(-1);
+      auto lp = log_probs.gather(1, sampled.unsqueeze(1)).squeeze(1);
       lp = torch::where(running, lp, torch::zeros_like(lp));
       token_logprobs.push_back(torch::zeros({n}, lp.options()).index_copy_(0, rows_in_batch, lp));
+      auto entropy = -(log_probs.exp() * log_probs).nan_to_num(0.0).sum(-1);  // 0 * -inf counts 0
+      entropy = torch::where(running, entropy, torch::zeros_like(entropy));
+      token_entropies.push_back(torch::zeros({n}, entropy.options()).index_copy_(0, rows_in_batch, entropy));
     }
     auto hit_eos = torch::isin(sampled, eos) & running;
     if (!params.stop_strings.empty()) {
@@ -174,11 +178,14 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
   if (tokens.empty()) {
     out.completion_ids = torch::zeros({n, 0}, torch::kLong);
     out.completion_mask = torch::zeros({n, 0}, torch::kLong);
-    if (params.return_logprobs) out.logprobs = torch::zeros({n, 0}, torch::kFloat32);
+    if (params.return_logprobs) out.logprobs = out.entropies = torch::zeros({n, 0}, torch::kFloat32);
   } else {
     out.completion_ids = torch::stack(tokens, 1);
     out.completion_mask = torch::stack(token_mask, 1);
-    if (params.return_logprobs) out.logprobs = torch::stack(token_logprobs, 1).to(torch::kFloat32);
+    if (params.return_logprobs) {
+      out.logprobs = torch::stack(token_logprobs, 1).to(torch::kFloat32);
+      out.entropies = torch::stack(token_entropies, 1).to(torch::kFloat32);
+    }
   }
   out.truncated = finished.logical_not();
   if (was_training) model->train();
@@ -196,7 +203,8 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     c10::InferenceMode inference;
     out = sample_batch(model, prompts, params, generator, tokenizer);
   }
-  for (torch::Tensor* t : {&out.prompt_ids, &out.prompt_mask, &out.completion_ids, &out.completion_mask, &out.truncated, &out.logprobs})
+  for (torch::Tensor* t : {&out.prompt_ids, &out.prompt_mask, &out.completion_ids, &out.completion_mask, &out.truncated, &out.logprobs,
+                          &out.entropies})
     if (t->defined()) *t = t->clone();
   return out;
 }

@@ -488,6 +488,7 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   if (batch.old_logps.defined()) r.old_logps = flat(batch.old_logps);
   else if (out.logprobs.defined()) r.old_logps = flat(out.logprobs.to(torch::kFloat32));
   if (entropies.defined()) r.entropies = flat(entropies);
+  else if (out.entropies.defined()) r.entropies = flat(out.entropies);  // no old-log-prob pass: the sampler's
   if (batch.ref_logps.defined()) r.ref_logps = flat(batch.ref_logps);
   r.truncated = batch.truncated;
   RolloutAttrs attrs;

@@ -76,8 +76,14 @@ TEST_CASE("sampled log-probs equal a fresh forward of prompt + completion") {
   torch::NoGradGuard no_grad;
   auto logits = model->forward(ids, mask) / 0.8;
   const int64_t p_len = out.prompt_ids.size(1), t_len = out.completion_ids.size(1);
-  auto lp = logits.narrow(1, p_len - 1, t_len).log_softmax(-1).gather(2, out.completion_ids.unsqueeze(-1)).squeeze(-1);
+  auto log_probs = logits.narrow(1, p_len - 1, t_len).log_softmax(-1);
+  auto lp = log_probs.gather(2, out.completion_ids.unsqueeze(-1)).squeeze(-1);
   CHECK((lp - out.logprobs).abs().max().item<double>() < 1e-4);
+  // entropies of the same tempered distribution, 0 after a row's end
+  auto entropy = -(log_probs.exp() * log_probs).sum(-1) * out.completion_mask;
+  REQUIRE(out.entropies.defined());
+  CHECK((entropy - out.entropies).abs().max().item<double>() < 1e-4);
+  CHECK(out.entropies.max().item<double>() > 1.0);  // a random model is far from certain
 }
 
 TEST_CASE("completion mask ends after the first EOS; truncation flagged") {

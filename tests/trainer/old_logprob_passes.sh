@@ -27,5 +27,14 @@ with h5py.File(os.path.join(sys.argv[1], "mu2", "rollouts", "index.h5"), "r") as
     assert steps == ["step_00000000", "step_00000001"], steps
     g = f["step_00000000"]["rank_00000"]
     assert "old_logps" in g and g["old_logps"].shape == g["completion_ids"].shape
+    # mu = 1 has no old-log-prob pass: the store keeps the sampler's log-probs and entropies. The first
+    # generation is the same in both runs (same seed, same weights), so they must match the pass's.
+    with h5py.File(os.path.join(sys.argv[1], "mu1", "rollouts", "index.h5"), "r") as f1:
+        s = f1["step_00000000"]["rank_00000"]
+        assert (s["completion_ids"][()] == g["completion_ids"][()]).all(), "the first generations differ"
+        for name in ("old_logps", "entropies"):
+            diff = abs(s[name][()] - g[name][()]).max()
+            print(f"step 0 {name}: sampler vs old-log-prob pass, max difference {diff:.2e}")
+            assert diff < 1e-4, name
 print("PASS")
 PY
