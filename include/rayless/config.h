@@ -127,7 +127,7 @@ struct DistributedConfig {
   std::string backend = "auto";                     // auto | mpi | nccl
   double collective_timeout_s = 300.0;              // watchdog deadline per collective
   int64_t threads_per_rank = 0;                     // 0 = cores on the node / ranks on the node
-  int64_t bucket_size_mb = 25;                      // gradient allreduce bucket size
+  int64_t bucket_size_mb = 0;                       // gradient allreduce bucket size; 0 = by backend
 };
 
 struct Config {

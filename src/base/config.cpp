@@ -306,7 +306,7 @@ std::vector<ConfigField> build_fields() {
   f.push_back(string_field("distributed.backend", REF(distributed.backend), {"auto", "mpi", "nccl"}, "collectives backend: auto = NCCL for CUDA tensors when built, else MPI"));
   f.push_back(float_field("distributed.collective_timeout_s", REF(distributed.collective_timeout_s), 0.001, kInf, "a collective taking longer aborts the job with what stalled"));
   f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = cores on the node / ranks on the node)"));
-  f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 1, kNoMax, "gradient allreduce bucket size in MiB"));
+  f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 0, kNoMax, "gradient allreduce bucket size in MiB (0: 4 on MPI, 25 on NCCL)"));
   return f;
 }
 #undef REF
