@@ -339,8 +339,9 @@ def plot(results, path):
                 color, marker, label = styles.get(r["tool"], ("gray", "x", r["tool"]))
                 xs = [x[0] for x in r["reward_by_step"]]
                 ys = [x[1] for x in r["reward_by_step"]]
+                padded = r["tool"].endswith("-padded")  # drawn on top: it should hide under rayless-1 otherwise
                 ax.plot(xs, ys, color=color, marker=marker or None, markersize=4, label=label,
-                        linestyle=":" if r["tool"].endswith("-padded") else "-")
+                        linestyle=":" if padded else "-", linewidth=2.5 if padded else 1.5, zorder=3 if padded else 2)
             ax.set_title(f"{size} model, μ = {mu}")
             ax.set_xlabel("optimizer step")
             ax.set_ylabel("mean reward")
