@@ -31,8 +31,8 @@ struct CompletionLogprobOptions {
 // completion_ids [B, T]; completion_mask [B, T] (nonzero = the token is scored; 1 up to and including
 // EOS, all zero for a masked row). Returns [B, T] log-probs (differentiable when grad is enabled) and
 // detached entropies; positions outside the mask hold 0 in the packed path and unused values in the
-// padded one. With gradient checkpointing on in training the padded pass is used (the checkpointed
-// layers keep no cache).
+// padded one. With gradient checkpointing on in training the packed pass does not share prompts
+// (the checkpointed layers keep no cache): each row computes its real prompt tokens itself.
 LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                          const CompletionLogprobOptions& options);

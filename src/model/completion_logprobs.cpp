@@ -25,6 +25,71 @@ LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vec
                         input_ids.slice(1, L - T, L), options.temperature, options.chunk_positions);
 }
 
+// Last scored completion position per row (-1 when none): positions 0 .. last-1 are the ones whose
+// hidden states score tokens 1 .. last, so nothing after them needs computing.
+std::vector<int64_t> last_scored_positions(const torch::Tensor& scored) {
+  auto scored_a = scored.accessor<bool, 2>();
+  std::vector<int64_t> last(static_cast<size_t>(scored.size(0)), -1);
+  for (int64_t b = 0; b < scored.size(0); ++b)
+    for (int64_t t = 0; t < scored.size(1); ++t)
+      if (scored_a[b][t]) last[static_cast<size_t>(b)] = t;
+  return last;
+}
+
+// The scored tokens' log-probs from packed hidden states: `source[i]` is the row of `hidden` whose
+// state scores the i-th scored token (row-major over [B, T]); results scattered back to [B, T].
+LogprobsAndEntropies score_packed(CausalLM& model, const torch::Tensor& hidden, const std::vector<int64_t>& source,
+                                  const std::vector<int64_t>& scored_flat, const torch::Tensor& completion_ids,
+                                  const CompletionLogprobOptions& options) {
+  const auto device = model->device();
+  const auto long_cpu = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t B = completion_ids.size(0), T = completion_ids.size(1);
+  const auto scored_index = torch::tensor(scored_flat, long_cpu).to(device);
+  const auto scoring = hidden.index_select(0, torch::tensor(source, long_cpu).to(device));
+  const auto targets = completion_ids.reshape({-1}).to(device).index_select(0, scored_index);
+  const auto result = fused_logprobs(scoring.unsqueeze(0), model->lm_head_weight(), torch::Tensor(),
+                                     targets.unsqueeze(0), options.temperature, options.chunk_positions);
+  auto scatter = [&](const torch::Tensor& values) {
+    return torch::zeros({B * T}, values.options()).index_copy(0, scored_index, values.squeeze(0)).view({B, T});
+  };
+  return {scatter(result.logps), scatter(result.entropies)};
+}
+
+// Without a cache (gradient checkpointing keeps none): the padded [B, P + T] layout, but only real
+// prompt tokens and completion positions 0 .. last-1 are computed.
+LogprobsAndEntropies unpadded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                       const torch::Tensor& completion_ids_in, const torch::Tensor& completion_mask_in,
+                                       const CompletionLogprobOptions& options) {
+  const auto device = model->device();
+  const int64_t B = completion_ids_in.size(0), T = completion_ids_in.size(1);
+  const auto completion_ids = completion_ids_in.cpu().contiguous();
+  const auto scored = (completion_mask_in.cpu() != 0).contiguous();
+  auto [prompt_ids, prompt_mask] = left_pad(prompts, options.pad_id);
+  const int64_t P = prompt_ids.size(1), L = P + T;
+  const std::vector<int64_t> last = last_scored_positions(scored);
+  auto prompt_mask_a = prompt_mask.accessor<int64_t, 2>();
+  auto scored_a = scored.accessor<bool, 2>();
+  std::vector<int64_t> token_index, packed_position(static_cast<size_t>(B * L), -1), scored_flat, source;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < P + last[static_cast<size_t>(b)]; ++j) {
+      if (j < P && !prompt_mask_a[b][j]) continue;
+      packed_position[static_cast<size_t>(b * L + j)] = static_cast<int64_t>(token_index.size());
+      token_index.push_back(b * L + j);
+    }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      if (scored_a[b][t]) {
+        scored_flat.push_back(b * T + t);
+        source.push_back(packed_position[static_cast<size_t>(b * L + P - 1 + t)]);  // position P-1+t scores token t
+      }
+  if (scored_flat.empty()) return padded_logprobs(model, prompts, completion_ids_in, completion_mask_in, options);
+  const auto input_ids = torch::cat({prompt_ids, completion_ids}, 1).to(device);
+  const auto attention_mask = torch::cat({prompt_mask, scored.to(torch::kInt64)}, 1).to(device);
+  const auto hidden = model->forward_hidden(input_ids, attention_mask, {}, nullptr,
+                                            torch::tensor(token_index, torch::TensorOptions().dtype(torch::kInt64)));
+  return score_packed(model, hidden, source, scored_flat, completion_ids, options);
+}
+
 LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                      const torch::Tensor& completion_ids_in, const torch::Tensor& completion_mask_in,
                                      const CompletionLogprobOptions& options) {
@@ -52,14 +117,11 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
   auto scored_a = scored.accessor<bool, 2>();
   auto prompt_of_row_a = prompt_of_row.accessor<int64_t, 1>();
   auto last_prompt_a = last_prompt_token.accessor<int64_t, 1>();
+  const std::vector<int64_t> last = last_scored_positions(scored);
   std::vector<int64_t> completion_index, scored_flat, source;  // source: row of cat(prefix, completion) hidden
   std::vector<int64_t> packed_completion_position(static_cast<size_t>(B * T), -1);
   for (int64_t b = 0; b < B; ++b) {
-    int64_t last_scored = -1;
-    for (int64_t t = 0; t < T; ++t)
-      if (scored_a[b][t]) last_scored = t;
-    // completion positions 0 .. last_scored-1 feed the scores of tokens 1 .. last_scored
-    for (int64_t t = 0; t < last_scored; ++t) {
+    for (int64_t t = 0; t < last[static_cast<size_t>(b)]; ++t) {
       packed_completion_position[static_cast<size_t>(b * T + t)] = static_cast<int64_t>(completion_index.size());
       completion_index.push_back(b * T + t);
     }
@@ -88,15 +150,7 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
                                                          torch::tensor(completion_index, long_cpu).to(device));
     hidden = torch::cat({prefix_hidden, completion_hidden}, 0);
   }
-  const auto scored_index = torch::tensor(scored_flat, long_cpu).to(device);
-  hidden = hidden.index_select(0, torch::tensor(source, long_cpu).to(device));
-  const auto targets = completion_ids.reshape({-1}).to(device).index_select(0, scored_index);
-  const auto result = fused_logprobs(hidden.unsqueeze(0), model->lm_head_weight(), torch::Tensor(),
-                                     targets.unsqueeze(0), options.temperature, options.chunk_positions);
-  auto scatter = [&](const torch::Tensor& values) {
-    return torch::zeros({B * T}, values.options()).index_copy(0, scored_index, values.squeeze(0)).view({B, T});
-  };
-  return {scatter(result.logps), scatter(result.entropies)};
+  return score_packed(model, hidden, source, scored_flat, completion_ids, options);
 }
 
 }  // namespace
@@ -108,9 +162,10 @@ LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std:
                    static_cast<int64_t>(prompts.size()) == completion_ids.size(0),
                "completion_logprobs: ", prompts.size(), " prompts, completion_ids ", completion_ids.sizes(),
                ", completion_mask ", completion_mask.sizes());
-  const bool checkpointing = model->gradient_checkpointing() && model->is_training() && torch::GradMode::is_enabled();
-  if (!options.packed || checkpointing || completion_ids.size(1) == 0)
+  if (!options.packed || completion_ids.size(1) == 0)
     return padded_logprobs(model, prompts, completion_ids, completion_mask, options);
+  const bool checkpointing = model->gradient_checkpointing() && model->is_training() && torch::GradMode::is_enabled();
+  if (checkpointing) return unpadded_logprobs(model, prompts, completion_ids, completion_mask, options);
   return packed_logprobs(model, prompts, completion_ids, completion_mask, options);
 }
 

@@ -344,15 +344,20 @@ namespace {
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
                                                 torch::TensorList params, int64_t layer_address, torch::Tensor cos,
-                                                torch::Tensor sin, torch::Tensor mask) {
+                                                torch::Tensor sin, torch::Tensor mask, torch::Tensor token_index_arg,
+                                                bool packed) {
+    // apply() takes no undefined tensors: dense layers get an empty placeholder and packed = false
+    const torch::Tensor token_index = packed ? token_index_arg : torch::Tensor();
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(layer_address);
     ctx->saved_data["layer"] = layer_address;
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
     ctx->saved_data["mask"] = mask;
+    ctx->saved_data["packed"] = packed;
+    if (packed) ctx->saved_data["token_index"] = token_index;
     ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
     ctx->save_for_backward({x});
-    return {layer->forward(x, RotaryTables{cos, sin}, mask, nullptr, 0)};
+    return {layer->forward(x, RotaryTables{cos, sin}, mask, nullptr, 0, token_index)};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -360,12 +365,14 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
     const RotaryTables rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
     const auto mask = ctx->saved_data["mask"].toTensor();
+    const torch::Tensor token_index =
+        ctx->saved_data["packed"].toBool() ? ctx->saved_data["token_index"].toTensor() : torch::Tensor();
     const int64_t num_params = ctx->saved_data["num_params"].toInt();
     auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
-      out = layer->forward(x, rope, mask, nullptr, 0);
+      out = layer->forward(x, rope, mask, nullptr, 0, token_index);
     }
     std::vector<torch::Tensor> inputs{x};
     for (auto& p : layer->parameters()) inputs.push_back(p);
@@ -374,7 +381,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     torch::autograd::variable_list result;
     result.push_back(grads[0]);
     for (int64_t i = 0; i < num_params; ++i) result.push_back(grads[1 + i]);
-    for (int i = 0; i < 4; ++i) result.emplace_back();  // layer address, cos, sin, mask
+    for (int i = 0; i < 6; ++i) result.emplace_back();  // layer address, cos, sin, mask, token index, packed
     return result;
   }
 };
@@ -439,13 +446,14 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
   auto h = token_index.defined() ? model->embed_tokens(input_ids.reshape({-1}).index_select(0, token_index))
                                  : model->embed_tokens(input_ids);
   const RotaryTables rope = rotary(position_ids, h.scalar_type());
-  const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() &&
-                          cache == nullptr && !token_index.defined();
+  const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
   for (size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);
     if (checkpoint) {
       auto params = layer->parameters();
-      h = CheckpointedLayer::apply(h, torch::TensorList(params), reinterpret_cast<int64_t>(layer.get()), rope.cos, rope.sin, allowed)[0];
+      h = CheckpointedLayer::apply(h, torch::TensorList(params), reinterpret_cast<int64_t>(layer.get()), rope.cos, rope.sin, allowed,
+                                   token_index.defined() ? token_index : torch::empty({0}, torch::kLong),
+                                   token_index.defined())[0];
     } else {
       h = layer->forward(h, rope, allowed, cache, i, token_index);
     }

@@ -106,7 +106,7 @@ TEST_CASE("packed pass in float32 stays within rounding of the padded pass") {
   CHECK(masked_max_difference(padded.logps, packed.logps, batch.completion_mask) < 1e-4);
 }
 
-TEST_CASE("gradient checkpointing falls back to the padded pass with equal gradients") {
+TEST_CASE("with gradient checkpointing the packed pass (no shared prompts) gives equal gradients") {
   CausalLM model = load_hf_model(test::golden_dir() / "llama");
   model->to(torch::kFloat64);
   model->train();
@@ -114,7 +114,10 @@ TEST_CASE("gradient checkpointing falls back to the padded pass with equal gradi
   const Result packed = run(model, batch, true);
   model->set_gradient_checkpointing(true);
   const Result checkpointed = run(model, batch, true);
+  const Result checkpointed_padded = run(model, batch, false);
   CHECK(masked_max_difference(packed.logps, checkpointed.logps, batch.completion_mask) < 1e-12);
+  CHECK(masked_max_difference(checkpointed_padded.logps, checkpointed.logps, batch.completion_mask) < 1e-12);
+  CHECK(checkpointed.logps.masked_select(batch.completion_mask == 0).abs().max().item<double>() == 0.0);  // packed
   for (size_t i = 0; i < packed.grads.size(); ++i) CHECK(torch::allclose(packed.grads[i], checkpointed.grads[i], 1e-5, 1e-7));
 }
 
