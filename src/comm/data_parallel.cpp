@@ -13,7 +13,8 @@ namespace rayless {
 DataParallel::DataParallel(Communicator& comm, std::vector<torch::Tensor> parameters, int64_t bucket_size_mb,
                            std::vector<torch::Tensor> buffers)
     : comm_(comm), parameters_(std::move(parameters)), buffers_(std::move(buffers)) {
-  inputCheck(bucket_size_mb >= 1, "distributed.bucket_size_mb must be at least 1, got ", bucket_size_mb);
+  inputCheck(bucket_size_mb >= 0, "distributed.bucket_size_mb must be at least 0, got ", bucket_size_mb);
+  if (bucket_size_mb == 0) bucket_size_mb = comm.backend_name() == "nccl" ? 25 : 4;
   build_buckets(bucket_size_mb * 1024 * 1024);
 }
 

@@ -206,12 +206,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runti
   groups.emplace_back(decay, options_for(cfg_.optim.weight_decay));
   groups.emplace_back(no_decay, options_for(0.0));
   optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(cfg_.optim.learning_rate));
-  // Open MPI's shared-memory allreduce is about twice as fast on 4 MiB pieces as on 25 MiB ones
-  // (docs/benchmarks.md); NCCL prefers fewer, larger calls (DDP's 25 MiB)
-  const int64_t bucket_mb = cfg_.distributed.bucket_size_mb > 0 ? cfg_.distributed.bucket_size_mb
-                            : comm_->backend_name() == "nccl"   ? 25
-                                                                : 4;
-  data_parallel_ = std::make_unique<DataParallel>(*comm_, *policy_, bucket_mb);
+  data_parallel_ = std::make_unique<DataParallel>(*comm_, *policy_, cfg_.distributed.bucket_size_mb);
 
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s), device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters), ",

@@ -275,3 +275,13 @@ TEST_CASE("data parallel: large tensors get buckets of their own, parameters wit
   CHECK(params[3].grad()[9].item<float>() == Approx(1.0));
   CHECK(dp.gradient_collectives() == (size > 1 ? 2 : 0));
 }
+
+TEST_CASE("data parallel: bucket size 0 means 4 MiB on MPI; a negative size is an input error") {
+  auto comm = mpi();
+  // three 1.5 MiB tensors: 4 MiB buckets hold two of them, 25 MiB buckets all three
+  std::vector<torch::Tensor> params;
+  for (int i = 0; i < 3; ++i) params.push_back(torch::zeros({393216}, torch::requires_grad()));
+  CHECK(DataParallel(*comm, params, 0).num_buckets() == 2);
+  CHECK(DataParallel(*comm, params, 25).num_buckets() == 1);
+  CHECK_THROWS_AS(DataParallel(*comm, params, -1), InputError);
+}
