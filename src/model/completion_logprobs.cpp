@@ -118,21 +118,20 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
   auto prompt_of_row_a = prompt_of_row.accessor<int64_t, 1>();
   auto last_prompt_a = last_prompt_token.accessor<int64_t, 1>();
   const std::vector<int64_t> last = last_scored_positions(scored);
-  std::vector<int64_t> completion_index, scored_flat, source;  // source: row of cat(prefix, completion) hidden
-  std::vector<int64_t> packed_completion_position(static_cast<size_t>(B * T), -1);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < last[static_cast<size_t>(b)]; ++t) {
-      packed_completion_position[static_cast<size_t>(b * T + t)] = static_cast<int64_t>(completion_index.size());
-      completion_index.push_back(b * T + t);
-    }
-  }
   const int64_t num_prompt_tokens = prompt_index.size(0);
+  // completion_index: completion positions computed (0 .. last-1 per row); source: for each scored
+  // token, its row in cat(prefix hidden, completion hidden)
+  std::vector<int64_t> completion_index, scored_flat, source;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      if (!scored_a[b][t]) continue;
-      scored_flat.push_back(b * T + t);
-      source.push_back(t == 0 ? last_prompt_a[prompt_of_row_a[b]]
-                              : num_prompt_tokens + packed_completion_position[static_cast<size_t>(b * T + t - 1)]);
+      if (scored_a[b][t]) {
+        scored_flat.push_back(b * T + t);
+        // token t is scored by the prompt's last token (t = 0) or by completion position t-1, which
+        // this row computed just before (it is the most recent entry of completion_index)
+        source.push_back(t == 0 ? last_prompt_a[prompt_of_row_a[b]]
+                                : num_prompt_tokens + static_cast<int64_t>(completion_index.size()) - 1);
+      }
+      if (t < last[static_cast<size_t>(b)]) completion_index.push_back(b * T + t);
     }
   if (scored_flat.empty()) return padded_logprobs(model, prompts, completion_ids_in, completion_mask_in, options);
 

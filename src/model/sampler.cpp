@@ -154,8 +154,8 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
     done_in_batch = done_in_batch | hit_eos;
     finished.index_fill_(0, rows_in_batch.masked_select(hit_eos), true);
     if (ids_so_far.defined()) ids_so_far = torch::cat({ids_so_far, sampled.unsqueeze(1)}, 1);
-    if (done_in_batch.all().item<bool>() || step + 1 == params.max_new_tokens) break;
-    const int64_t num_done = done_in_batch.sum().item<int64_t>();
+    const int64_t num_done = done_in_batch.sum().item<int64_t>();  // one host sync per step
+    if (num_done == done_in_batch.size(0) || step + 1 == params.max_new_tokens) break;
     if (4 * num_done >= done_in_batch.size(0)) {
       const auto keep = done_in_batch.logical_not().nonzero().squeeze(1);
       cache.select_rows(keep);
