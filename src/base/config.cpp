@@ -45,7 +45,9 @@ const char* type_name(const toml::node& node) {
 
 [[noreturn]] void bad_value(const std::string& where, const std::string& key, const toml::node& node,
                             const std::string& allowed) {
-  throw InputError(str(where, "key ", key, " = ", describe_node(node), " (a ", type_name(node),
+  const std::string type = type_name(node);
+  const char* article = std::string("aeiou").find(type[0]) != std::string::npos ? "an" : "a";
+  throw InputError(str(where, "key ", key, " = ", describe_node(node), " (", article, " ", type,
                        ") is not allowed: expected ", allowed));
 }
 

@@ -5,9 +5,17 @@ file(WRITE ${cfg_dir}/typo.toml "[grpo]\nnum_generation = 4\n")
 file(WRITE ${cfg_dir}/type.toml "[train]\nmax_steps = 2.5\n")
 add_test(NAME cli-config-typo-exit2 COMMAND sh -c "$<TARGET_FILE:rayless> config check ${cfg_dir}/typo.toml 2>err.txt; rc=$?; cat err.txt; [ $rc -eq 2 ] && [ $(wc -l < err.txt) -eq 1 ] && grep -q 'rayless: error: .*typo.toml:2: unknown key grpo.num_generation (did you mean grpo.num_generations?)' err.txt")
 add_test(NAME cli-config-type-exit2 COMMAND sh -c "$<TARGET_FILE:rayless> config check ${cfg_dir}/type.toml 2>err2.txt; rc=$?; cat err2.txt; [ $rc -eq 2 ] && grep -q 'train.max_steps = 2.5 (a float) is not allowed: expected an integer >= 1' err2.txt")
+# the options added for the packed log-prob pass and the gradient buckets refuse bad values the same way
+file(WRITE ${cfg_dir}/padding_free.toml "[train]\npadding_free = \"yes\"\n")
+add_test(NAME cli-config-new-options-exit2 COMMAND sh -c "\
+  $<TARGET_FILE:rayless> config check ${cfg_dir}/padding_free.toml 2>e1.txt; r1=$?; \
+  $<TARGET_FILE:rayless> config check ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set distributed.bucket_size_mb=-1 2>e2.txt; r2=$?; \
+  cat e1.txt e2.txt; [ $r1 -eq 2 ] && [ $r2 -eq 2 ] && [ $(wc -l < e1.txt) -eq 1 ] && [ $(wc -l < e2.txt) -eq 1 ] && \
+  grep -q 'padding_free.toml:2: key train.padding_free = .yes. (a string) is not allowed: expected true or false' e1.txt && \
+  grep -q 'distributed.bucket_size_mb = -1 (an integer) is not allowed: expected an integer >= 0' e2.txt")
 add_test(NAME cli-config-check-shipped COMMAND sh -c "for f in ${CMAKE_SOURCE_DIR}/configs/*.toml; do $<TARGET_FILE:rayless> config check $f || exit 1; done")
 add_test(NAME cli-version COMMAND sh -c "$<TARGET_FILE:rayless> version | grep -q '^libtorch 2\\.' && $<TARGET_FILE:rayless> version | grep -q '^mpi ' && $<TARGET_FILE:rayless> version | grep -q '^hdf5 1\\.'")
 add_test(NAME cli-unknown-command-exit2 COMMAND sh -c "$<TARGET_FILE:rayless> frobnicate 2>&1; [ $? -eq 2 ]")
 add_test(NAME cli-docs-match-code COMMAND sh -c "$<TARGET_FILE:rayless> config reference > ref.md && while IFS= read -r line; do grep -qF -- \"$line\" ${CMAKE_SOURCE_DIR}/docs/config.md || { echo \"docs/config.md lacks: $line\"; exit 1; }; done < ref.md")
-set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-check-shipped cli-version
+set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-check-shipped cli-version
                      cli-unknown-command-exit2 cli-docs-match-code PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
