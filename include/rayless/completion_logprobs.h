@@ -25,6 +25,12 @@ struct CompletionLogprobOptions {
   double temperature = 1.0;
   int64_t chunk_positions = 256;  // LM-head chunk of the fused path
   bool packed = true;             // false: the padded [B, P + T] pass
+  // Absolute positions (RoPE) as in a row left-padded to this width: prompt token j of a prompt of
+  // length n at W - n + j, completion token t at W + t. TRL pads each rank's whole generation batch to
+  // its longest prompt and lets transformers number positions 0 .. W + T - 1 across the padding, so
+  // this reproduces its rotary tables exactly (attention is relative: the results differ only in
+  // float32 rounding of cos/sin). 0: each row's positions start at its first real token.
+  int64_t prompt_width = 0;
 };
 
 // prompts: token ids per row, unpadded (rows of the same prompt may appear anywhere);

@@ -19,7 +19,7 @@ namespace rayless {
 
 struct ModelConfig {
   std::string path = "configs/models/tiny";  // HF model directory (config.json [+ safetensors])
-  std::string dtype = "float32";             // float32 | bfloat16 | float16 (GPU)
+  std::string dtype = "float32";             // float32 | bfloat16 | float16 (GPU) | float64
   std::string device = "auto";               // auto | cpu | cuda
   int64_t init_seed = 1234;                  // initialises weights when the directory has none
 };
@@ -41,7 +41,7 @@ struct DataConfig {
 };
 
 struct GenerationConfig {
-  int64_t max_completion_length = 64;
+  int64_t max_completion_length = 512;           // TRL's GRPOConfig default
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t top_k = 0;                        // 0 = off
@@ -66,9 +66,10 @@ struct RewardConfig {
 };
 
 struct GrpoConfig {
-  int64_t num_generations = 4;
+  int64_t num_generations = 8;                     // TRL's GRPOConfig default
   int64_t num_iterations = 1;                       // mu: optimisation passes per generation
-  int64_t steps_per_generation = 0;                 // 0 = gradient_accumulation_steps (TRL default)
+  int64_t steps_per_generation = 0;                 // 0 = from generation_batch_size, else gradient_accumulation_steps
+  int64_t generation_batch_size = 0;                // completions per generation, all ranks; 0 = derived
   double beta = 0.0;                                // KL coefficient (k3 estimator)
   double epsilon = 0.2;                             // lower clip: ratio >= 1 - epsilon
   double epsilon_high = 0.0;                        // upper clip: ratio <= 1 + epsilon_high; 0 = epsilon
@@ -105,20 +106,21 @@ struct TrainConfig {
   int64_t seed = 42;
   int64_t per_device_train_batch_size = 8;          // completions per rank per micro-step
   int64_t gradient_accumulation_steps = 1;
-  bool bf16 = false;
-  bool gradient_checkpointing = false;
+  bool bf16 = true;                                 // TRL's GRPOConfig default
+  bool gradient_checkpointing = true;               // TRL's GRPOConfig default
   bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
   std::string output_dir = "runs/default";
+  std::string replay_rollouts = "";                 // JSONL of prompts + completions to replay instead of sampling
 };
 
 struct CheckpointConfig {
-  int64_t save_steps = 0;                           // 0 = only at the end and on signal
+  int64_t save_steps = 500;                         // transformers' default; 0 = only at the end and on signal
   int64_t keep_last = 2;
   bool save_on_signal = true;
 };
 
 struct LogConfig {
-  int64_t logging_steps = 1;
+  int64_t logging_steps = 10;                       // TRL's GRPOConfig default
   bool console = true;                              // one progress line per step on rank 0
   std::string level = "info";                       // debug | info | warn
 };
@@ -145,12 +147,13 @@ struct Config {
 
   // derived values, always consistent with the keys above
   double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }
-  int64_t effective_steps_per_generation() const {
-    return grpo.steps_per_generation > 0 ? grpo.steps_per_generation : train.gradient_accumulation_steps;
-  }
-  // prompts per rank per generation step
-  int64_t prompts_per_rank() const {
-    return train.per_device_train_batch_size * effective_steps_per_generation() / grpo.num_generations;
+  // micro-batches per rank in one generation, as TRL resolves it: steps_per_generation when set, else
+  // generation_batch_size / (per_device_train_batch_size x world_size) when set, else
+  // gradient_accumulation_steps. check_batch_geometry says what is wrong with a combination.
+  int64_t effective_steps_per_generation(int64_t world_size) const;
+  // completions per generation over all ranks: a whole number of groups (TRL's generation_batch_size)
+  int64_t global_generation_batch(int64_t world_size) const {
+    return train.per_device_train_batch_size * world_size * effective_steps_per_generation(world_size);
   }
 };
 
@@ -174,6 +177,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config config_from_overrides(const std::vector<std::string>& overrides);
 void apply_override(Config& config, const std::string& assignment);
 void validate_config(const Config& config);  // cross-field rules; throws InputError
+// The rules that need the world size (TRL's GRPOConfig checks): InputError naming the keys.
+void check_batch_geometry(const Config& config, int64_t world_size);
 std::string config_to_toml(const Config& config);  // resolved config, every key, with sections
 // Hash of the keys that decide what a generation step produces (model, tokenizer, data, generation,
 // reward, grpo.num_generations): a rollout store written under another hash is refused on reuse.

@@ -34,6 +34,11 @@ PromptDataset load_prompt_dataset(const std::string& path, const std::string& pr
                                   const std::string& messages_field = "messages", bool skip_invalid = false);
 PromptDataset load_prompt_dataset(const DataConfig& config);
 
+// "" when `object` holds a usable prompt (a non-empty string under prompt_field, or a messages list
+// under messages_field), else why not. Fills row.prompt or row.messages (not row.fields or row.line).
+std::string parse_prompt_row(const nlohmann::json& object, const std::string& prompt_field,
+                             const std::string& messages_field, PromptRow& row);
+
 // Applies data.max_prompt_length / data.truncation to a tokenised prompt: returns the ids unchanged
 // when they fit; with truncation "left" keeps the last max_length ids; with "error" throws an
 // InputError naming `where` (e.g. "data/demo/prompts.jsonl:12") and the lengths.

@@ -15,6 +15,10 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int64_t> encode(const std::string& text) const = 0;  // special tokens matched, never split
+  // What the tokenizer.json post-processor adds around one sequence (TemplateProcessing's "single",
+  // e.g. BOS first), as transformers' tokenizer(text) does with add_special_tokens=True. TRL tokenizes
+  // plain-text prompts that way; chat templates write their own BOS.
+  virtual std::vector<int64_t> add_special_tokens(std::vector<int64_t> ids) const { return ids; }
   virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const = 0;
   virtual std::optional<int64_t> token_to_id(const std::string& token) const = 0;  // vocab or added token
   virtual int64_t vocab_size() const = 0;           // largest id + 1

@@ -211,6 +211,22 @@ ConfigField float_list_field(std::string name, FloatListRef ref, std::string doc
   return f;
 }
 
+// grpo.scale_rewards: group | batch | none, or TRL's booleans (true = group, false = none).
+ConfigField scale_rewards_field() {
+  ConfigField f = string_field("grpo.scale_rewards", [](Config& c) -> std::string& { return c.grpo.scale_rewards; },
+                               {"group", "batch", "none"},
+                               "divide advantages by the group std, the batch std, or not at all (true = group, false = none, as TRL)");
+  auto set_string = f.set;
+  f.set = [set_string](Config& c, const toml::node& n, const std::string& where) {
+    if (auto b = n.value_exact<bool>()) {
+      c.grpo.scale_rewards = *b ? "group" : "none";
+      return;
+    }
+    set_string(c, n, where);
+  };
+  return f;
+}
+
 constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -220,7 +236,7 @@ std::vector<ConfigField> build_fields() {
   std::vector<ConfigField> f;
   // [model]
   f.push_back(string_field("model.path", REF(model.path), {}, "Hugging Face model directory: config.json and, if present, *.safetensors"));
-  f.push_back(string_field("model.dtype", REF(model.dtype), {"float32", "bfloat16", "float16"}, "parameter dtype (float16 on GPU only)"));
+  f.push_back(string_field("model.dtype", REF(model.dtype), {"float32", "bfloat16", "float16", "float64"}, "parameter dtype (float16 on GPU only; float64 for reference checks against TRL)"));
   f.push_back(string_field("model.device", REF(model.device), {"auto", "cpu", "cuda"}, "auto = CUDA device of the local rank when available, else CPU"));
   f.push_back(int_field("model.init_seed", REF(model.init_seed), 0, kNoMax, "seed of the random initialisation when the directory holds no weights"));
   // [tokenizer]
@@ -259,13 +275,14 @@ std::vector<ConfigField> build_fields() {
   // [grpo]
   f.push_back(int_field("grpo.num_generations", REF(grpo.num_generations), 1, kNoMax, "completions sampled per prompt (the group size G)"));
   f.push_back(int_field("grpo.num_iterations", REF(grpo.num_iterations), 1, kNoMax, "mu: optimisation passes over each generation"));
-  f.push_back(int_field("grpo.steps_per_generation", REF(grpo.steps_per_generation), 0, kNoMax, "micro-steps per generation; 0 = gradient_accumulation_steps"));
+  f.push_back(int_field("grpo.steps_per_generation", REF(grpo.steps_per_generation), 0, kNoMax, "micro-steps per generation; 0 = from generation_batch_size, else gradient_accumulation_steps"));
+  f.push_back(int_field("grpo.generation_batch_size", REF(grpo.generation_batch_size), 0, kNoMax, "completions per generation over all ranks (TRL's); 0 = per_device_train_batch_size x ranks x steps_per_generation"));
   f.push_back(float_field("grpo.beta", REF(grpo.beta), 0.0, kInf, "KL coefficient against the reference model (0 = no reference model)"));
   f.push_back(float_field("grpo.epsilon", REF(grpo.epsilon), 0.0, kInf, "lower clip: ratio >= 1 - epsilon"));
   f.push_back(float_field("grpo.epsilon_high", REF(grpo.epsilon_high), 0.0, kInf, "upper clip: ratio <= 1 + epsilon_high; 0 = epsilon"));
   f.push_back(float_field("grpo.delta", REF(grpo.delta), 0.0, kInf, "upper cap on the ratio in the unclipped term (two-sided clipping); 0 = off"));
   f.push_back(string_field("grpo.loss_type", REF(grpo.loss_type), {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"}, "loss normalisation and objective"));
-  f.push_back(string_field("grpo.scale_rewards", REF(grpo.scale_rewards), {"group", "batch", "none"}, "divide advantages by the group std, the batch std, or not at all"));
+  f.push_back(scale_rewards_field());
   f.push_back(string_field("grpo.multi_objective_aggregation", REF(grpo.multi_objective_aggregation), {"sum_then_normalize", "normalize_then_sum"}, "how several reward functions combine"));
   f.push_back(string_field("grpo.importance_sampling_level", REF(grpo.importance_sampling_level), {"token", "sequence"}, "token ratios, or one ratio per sequence (GSPO)"));
   f.push_back(float_field("grpo.top_entropy_quantile", REF(grpo.top_entropy_quantile), 0.0, 1.0, "train only tokens whose entropy is in this top fraction, over all ranks (1 = all)"));
@@ -296,6 +313,7 @@ std::vector<ConfigField> build_fields() {
   f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory"));
   f.push_back(bool_field("train.padding_free", REF(train.padding_free), "log-prob passes compute each distinct prompt once and no padding (false: TRL's padded layout)"));
   f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));
+  f.push_back(string_field("train.replay_rollouts", REF(train.replay_rollouts), {}, "JSONL of prompts and completions per generation step and rank, used instead of sampling (empty = sample)"));
   // [checkpoint]
   f.push_back(int_field("checkpoint.save_steps", REF(checkpoint.save_steps), 0, kNoMax, "checkpoint every N optimizer steps (0 = only at the end and on signal)"));
   f.push_back(int_field("checkpoint.keep_last", REF(checkpoint.keep_last), 1, kNoMax, "complete checkpoints kept"));
@@ -431,11 +449,8 @@ void validate_config(const Config& c) {
   inputCheck(g.num_generations >= 2 || g.scale_rewards == "none",
              "grpo.num_generations = ", g.num_generations,
              " leaves every group with one completion, so every advantage is 0: use >= 2");
-  const int64_t per_rank_generation_batch = c.train.per_device_train_batch_size * c.effective_steps_per_generation();
-  inputCheck(per_rank_generation_batch % g.num_generations == 0,
-             "the per-rank generation batch (train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
-             " x steps_per_generation ", c.effective_steps_per_generation(), " = ", per_rank_generation_batch,
-             ") must be a multiple of grpo.num_generations = ", g.num_generations);
+  inputCheck(g.steps_per_generation == 0 || g.generation_batch_size == 0,
+             "grpo.generation_batch_size and grpo.steps_per_generation cannot both be set (TRL refuses it too): set one");
   if (!c.reward.reward_weights.empty())
     inputCheck(c.reward.reward_weights.size() == c.reward.functions.size(), "reward.reward_weights has ",
                c.reward.reward_weights.size(), " weights for ", c.reward.functions.size(),
@@ -460,6 +475,26 @@ void validate_config(const Config& c) {
   const std::string& tpl = c.tokenizer.chat_template;
   inputCheck(tpl == "none" || tpl == "chatml" || tpl.find("{prompt}") != std::string::npos,
              "tokenizer.chat_template = \"", tpl, "\": use none, chatml, or a string containing {prompt}");
+}
+
+int64_t Config::effective_steps_per_generation(int64_t world_size) const {
+  if (grpo.steps_per_generation > 0) return grpo.steps_per_generation;
+  if (grpo.generation_batch_size > 0)
+    return std::max<int64_t>(1, grpo.generation_batch_size / (train.per_device_train_batch_size * std::max<int64_t>(1, world_size)));
+  return train.gradient_accumulation_steps;
+}
+
+void check_batch_geometry(const Config& c, int64_t world_size) {
+  const int64_t global_batch = c.train.per_device_train_batch_size * world_size;
+  inputCheck(c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0,
+             "grpo.generation_batch_size = ", c.grpo.generation_batch_size,
+             " must be a multiple of train.per_device_train_batch_size x ranks = ", c.train.per_device_train_batch_size,
+             " x ", world_size, " = ", global_batch);
+  const int64_t generation_batch = c.global_generation_batch(world_size);
+  inputCheck(generation_batch % c.grpo.num_generations == 0, "the generation batch (train.per_device_train_batch_size ",
+             c.train.per_device_train_batch_size, " x ", world_size, " ranks x steps_per_generation ",
+             c.effective_steps_per_generation(world_size), " = ", generation_batch,
+             " completions) must be a multiple of grpo.num_generations = ", c.grpo.num_generations);
 }
 
 std::string config_to_toml(const Config& config) {

@@ -43,6 +43,7 @@ LossSettings loss_settings_from_config(const Config& config, int64_t num_process
   s.beta = config.grpo.beta;
   s.max_completion_length = config.generation.max_completion_length;
   s.gradient_accumulation_steps = config.train.gradient_accumulation_steps;
+  s.steps_per_generation = config.effective_steps_per_generation(num_processes);
   s.num_processes = num_processes;
   s.sapo_temperature_pos = config.grpo.sapo_temperature_pos;
   s.sapo_temperature_neg = config.grpo.sapo_temperature_neg;
@@ -124,23 +125,33 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   } else if (s.loss_type == "dr_grpo") {
     loss = (per_token_loss * mask).sum() / static_cast<double>(batch * s.max_completion_length) / accumulation;
   } else if (s.loss_type == "dapo" || s.loss_type == "cispo") {
-    const double normaliser = std::max(in.num_items_in_batch, 1.0) / static_cast<double>(s.num_processes);
+    // num_items_in_batch spans the generation batch: rescale it to one accumulation window
+    const double steps_per_generation =
+        static_cast<double>(s.steps_per_generation > 0 ? s.steps_per_generation : s.gradient_accumulation_steps);
+    const double normaliser = std::max(in.num_items_in_batch, 1.0) / static_cast<double>(s.num_processes) *
+                              accumulation / steps_per_generation;
     loss = (per_token_loss * mask).sum() / normaliser;
-  } else {  // luspo: each sequence's loss weighted by its length
-    loss = (per_token_loss * mask.sum(1, /*keepdim=*/true)).mean() / accumulation;
+  } else {  // luspo: each sequence's summed loss (its length times its mean), averaged over sequences
+    loss = (per_token_loss * mask).sum(-1).mean() / accumulation;
   }
 
   LossOutput out;
   out.loss = loss;
   torch::NoGradGuard no_grad;
+  // TRL's metric dtype is that of x times the completion mask, with a float32 count: float32 for the
+  // indicator metrics (x.float()) and for float32 log-probs, float64 for float64 kl and entropy
+  const auto mask32 = in.completion_mask.to(torch::kFloat32);
   auto mean_part = [&](const torch::Tensor& x) {
-    if (x.size(1) == 1) return MeanPart{x.sum().item<double>(), static_cast<double>(x.size(0))};
-    return MeanPart{(x * mask).sum().item<double>(), mask.sum().item<double>()};
+    const bool single = x.scalar_type() == torch::kFloat32;
+    if (x.size(1) == 1) return MeanPart{x.sum().item<double>(), static_cast<double>(x.size(0)), single};
+    const auto& m = single ? mask32 : mask;
+    return MeanPart{(x * m).sum().item<double>(), m.sum().item<double>(), single};
   };
   // per completion: the already-per-sequence value, or the masked mean (NaN for an empty row)
   auto per_sequence = [&](const torch::Tensor& x) {
     if (x.size(1) == 1) return x.squeeze(1);
-    return (x * mask).sum(-1) / mask.sum(-1);
+    const auto& m = x.scalar_type() == torch::kFloat32 ? mask32 : mask;
+    return (x * m).sum(-1) / m.sum(-1);
   };
   auto nan_extreme = [](const torch::Tensor& values, bool want_min) {
     auto kept = values.masked_select(~torch::isnan(values));
@@ -150,16 +161,16 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   if (s.beta != 0.0) out.means["kl"] = mean_part(per_token_kl.detach());
   if (in.entropies.defined()) out.means["entropy"] = mean_part(in.entropies.detach().to(dtype));
   if (is_clipped_family(s.loss_type)) {
-    auto low = ((coef_1 < 1 - s.epsilon_low) & (advantages < 0)).to(dtype);
-    auto high = ((coef_1 > 1 + s.epsilon_high) & (advantages > 0)).to(dtype);
-    auto region = ((low + high) > 0).to(dtype);
+    auto low = ((coef_1 < 1 - s.epsilon_low) & (advantages < 0)).to(torch::kFloat32);
+    auto high = ((coef_1 > 1 + s.epsilon_high) & (advantages > 0)).to(torch::kFloat32);
+    auto region = ((low + high) > 0).to(torch::kFloat32);
     out.means["clip_ratio/low_mean"] = mean_part(low);
     out.means["clip_ratio/high_mean"] = mean_part(high);
     out.means["clip_ratio/region_mean"] = mean_part(region);
     out.minima["clip_ratio/low_min"] = nan_extreme(per_sequence(low), true);
     out.maxima["clip_ratio/high_max"] = nan_extreme(per_sequence(high), false);
   } else if (s.loss_type == "cispo") {
-    out.means["cispo_clip_ratio"] = mean_part(((coef_1 > s.epsilon_high) & (advantages > 0)).to(dtype));
+    out.means["cispo_clip_ratio"] = mean_part(((coef_1 > s.epsilon_high) & (advantages > 0)).to(torch::kFloat32));
   }
   return out;
 }

@@ -11,6 +11,18 @@ namespace rayless {
 
 namespace {
 
+// Position ids for rows laid out left-padded to `width` columns whose padding starts at
+// options.prompt_width - width: arange(width + extra) shifted; undefined without a prompt_width.
+torch::Tensor shifted_positions(int64_t rows, int64_t width, int64_t extra, const CompletionLogprobOptions& options,
+                                torch::Device device) {
+  if (options.prompt_width <= 0) return {};
+  runtimeCheck(options.prompt_width >= width, "completion_logprobs: prompt_width ", options.prompt_width,
+               " is shorter than a prompt (", width, " tokens)");
+  auto positions = torch::arange(options.prompt_width - width, options.prompt_width + extra,
+                                 torch::TensorOptions().dtype(torch::kInt64));
+  return positions.unsqueeze(0).expand({rows, width + extra}).contiguous().to(device);
+}
+
 LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                      const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                      const CompletionLogprobOptions& options) {
@@ -18,8 +30,9 @@ LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vec
   auto [prompt_ids, prompt_mask] = left_pad(prompts, options.pad_id);
   const auto input_ids = torch::cat({prompt_ids, completion_ids.cpu()}, 1).to(device);
   const auto attention_mask = torch::cat({prompt_mask, completion_mask.cpu().to(torch::kInt64)}, 1).to(device);
-  const auto hidden = model->forward_hidden(input_ids, attention_mask);
   const int64_t L = input_ids.size(1), T = completion_ids.size(1);
+  const auto positions = shifted_positions(input_ids.size(0), prompt_ids.size(1), T, options, device);
+  const auto hidden = model->forward_hidden(input_ids, attention_mask, positions);
   // position t predicts token t + 1: the completion tokens are predicted by positions P-1 .. L-2
   return fused_logprobs(hidden.slice(1, L - T - 1, L - 1), model->lm_head_weight(), torch::Tensor(),
                         input_ids.slice(1, L - T, L), options.temperature, options.chunk_positions);
@@ -85,7 +98,8 @@ LogprobsAndEntropies unpadded_logprobs(CausalLM& model, const std::vector<std::v
   if (scored_flat.empty()) return padded_logprobs(model, prompts, completion_ids_in, completion_mask_in, options);
   const auto input_ids = torch::cat({prompt_ids, completion_ids}, 1).to(device);
   const auto attention_mask = torch::cat({prompt_mask, scored.to(torch::kInt64)}, 1).to(device);
-  const auto hidden = model->forward_hidden(input_ids, attention_mask, {}, nullptr,
+  const auto positions = shifted_positions(B, P, T, options, device);
+  const auto hidden = model->forward_hidden(input_ids, attention_mask, positions, nullptr,
                                             torch::tensor(token_index, torch::TensorOptions().dtype(torch::kInt64)));
   return score_packed(model, hidden, source, scored_flat, completion_ids, options);
 }
@@ -137,16 +151,20 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
 
   // prefix pass over the real prompt tokens, its cache repeated (differentiably) for every row
   KVCache cache;
-  const auto prefix_hidden =
-      model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device), {}, &cache, prompt_index.to(device));
+  const int64_t P = prompt_ids.size(1);
+  const auto prefix_positions = shifted_positions(prompt_ids.size(0), P, 0, options, device);
+  const auto prefix_hidden = model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device), prefix_positions,
+                                                   &cache, prompt_index.to(device));
   const auto row_prompts = prompt_of_row.to(device);
   cache.select_rows(row_prompts);
   torch::Tensor hidden = prefix_hidden;
   if (!completion_index.empty()) {
     const auto attention_mask =
         torch::cat({prompt_mask.index_select(0, prompt_of_row), scored.to(torch::kInt64)}, 1).to(device);
-    const auto completion_hidden = model->forward_hidden(completion_ids.to(device), attention_mask, {}, &cache,
-                                                         torch::tensor(completion_index, long_cpu).to(device));
+    const auto completion_positions =
+        options.prompt_width > 0 ? shifted_positions(B, P, T, options, device).slice(1, P) : torch::Tensor();
+    const auto completion_hidden = model->forward_hidden(completion_ids.to(device), attention_mask, completion_positions,
+                                                         &cache, torch::tensor(completion_index, long_cpu).to(device));
     hidden = torch::cat({prefix_hidden, completion_hidden}, 0);
   }
   return score_packed(model, hidden, source, scored_flat, completion_ids, options);

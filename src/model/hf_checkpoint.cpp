@@ -24,6 +24,7 @@ namespace {
 std::string dtype_name(torch::Dtype dtype) {
   if (dtype == torch::kBFloat16) return "bfloat16";
   if (dtype == torch::kFloat16) return "float16";
+  if (dtype == torch::kFloat64) return "float64";
   return "float32";
 }
 }  // namespace

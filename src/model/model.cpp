@@ -202,9 +202,10 @@ ModelArchConfig load_model_config(const std::filesystem::path& model_dir) {
 
 torch::Dtype parse_model_dtype(const std::string& name) {
   if (name == "float32" || name == "fp32") return torch::kFloat32;
+  if (name == "float64") return torch::kFloat64;
   if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
   if (name == "float16" || name == "fp16") return torch::kFloat16;
-  throw InputError(str("unknown model dtype \"", name, "\" (float32 | bfloat16 | float16)"));
+  throw InputError(str("unknown model dtype \"", name, "\" (float32 | bfloat16 | float16 | float64)"));
 }
 
 // ---- KV cache ----------------------------------------------------------------------------------

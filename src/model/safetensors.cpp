@@ -20,18 +20,21 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit
 
 int64_t dtype_size(const std::string& dtype) {
+  if (dtype == "F64") return 8;
   if (dtype == "F32") return 4;
   if (dtype == "BF16" || dtype == "F16") return 2;
   return 0;
 }
 
 torch::Dtype torch_dtype(const std::string& dtype) {
+  if (dtype == "F64") return torch::kFloat64;
   if (dtype == "F32") return torch::kFloat32;
   if (dtype == "BF16") return torch::kBFloat16;
   return torch::kFloat16;
 }
 
 std::string safetensors_dtype(torch::Dtype dtype, const std::string& name) {
+  if (dtype == torch::kFloat64) return "F64";
   if (dtype == torch::kFloat32) return "F32";
   if (dtype == torch::kBFloat16) return "BF16";
   if (dtype == torch::kFloat16) return "F16";
@@ -105,7 +108,7 @@ Header parse_header(const std::filesystem::path& file, const uint8_t* data, uint
     SafetensorsEntry e;
     e.dtype = v["dtype"].get<std::string>();
     const int64_t elem = dtype_size(e.dtype);
-    inputCheck(elem > 0, at, "unsupported dtype ", e.dtype, " (supported: F32, BF16, F16)");
+    inputCheck(elem > 0, at, "unsupported dtype ", e.dtype, " (supported: F64, F32, BF16, F16)");
     inputCheck(v["shape"].is_array(), at, "shape must be an array");
     uint64_t numel = 1;
     for (const auto& d : v["shape"]) {

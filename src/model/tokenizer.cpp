@@ -277,6 +277,16 @@ class BpeTokenizer : public Tokenizer {
     return utf8_lossy(bytes);
   }
 
+  std::vector<int64_t> add_special_tokens(std::vector<int64_t> ids) const override {
+    if (single_template_.empty()) return ids;
+    std::vector<int64_t> out;
+    for (const auto& piece : single_template_) {
+      if (piece.empty()) out.insert(out.end(), ids.begin(), ids.end());  // the sequence itself ($A)
+      else out.insert(out.end(), piece.begin(), piece.end());
+    }
+    return out;
+  }
+
   std::optional<int64_t> token_to_id(const std::string& token) const override {
     for (const auto& a : added_)
       if (a.content == token) return a.id;
@@ -350,9 +360,46 @@ class BpeTokenizer : public Tokenizer {
       inputCheck(n == "NFC", where, ": unsupported normalizer \"", n, "\" (supported: none, NFC)");
     }
     if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) parse_pre_tokenizer(j["pre_tokenizer"], where);
+    if (j.contains("post_processor") && !j["post_processor"].is_null()) parse_post_processor(j["post_processor"], where);
     if (j.contains("decoder") && !j["decoder"].is_null()) {
       const std::string d = j["decoder"].value("type", "");
       inputCheck(d == "ByteLevel", where, ": unsupported decoder \"", d, "\" (supported: ByteLevel)");
+    }
+  }
+
+  // TemplateProcessing (alone or inside a Sequence, as Llama 3 has it beside ByteLevel): its "single"
+  // template becomes single_template_, one entry per item, an empty entry standing for the sequence.
+  // ByteLevel changes offsets only, not ids.
+  void parse_post_processor(const nlohmann::json& p, const std::string& where) {
+    const std::string type = p.value("type", "");
+    if (type == "Sequence") {
+      inputCheck(p.contains("processors") && p["processors"].is_array(), where, ": post_processor Sequence needs processors");
+      for (const auto& q : p["processors"]) parse_post_processor(q, where);
+      return;
+    }
+    if (type == "ByteLevel") return;
+    inputCheck(type == "TemplateProcessing", where, ": unsupported post_processor \"", type,
+               "\" (supported: TemplateProcessing, ByteLevel, Sequence of them)");
+    inputCheck(p.contains("single") && p["single"].is_array(), where, ": post_processor TemplateProcessing needs \"single\"");
+    const nlohmann::json specials = p.value("special_tokens", nlohmann::json::object());
+    single_template_.clear();
+    for (const auto& item : p["single"]) {
+      if (item.contains("Sequence")) {
+        single_template_.emplace_back();
+        continue;
+      }
+      inputCheck(item.contains("SpecialToken") && item["SpecialToken"].contains("id"), where,
+                 ": post_processor template item must be a Sequence or a SpecialToken");
+      const std::string name = item["SpecialToken"]["id"].get<std::string>();
+      std::vector<int64_t> ids;
+      if (specials.contains(name) && specials[name].contains("ids")) {
+        ids = specials[name]["ids"].get<std::vector<int64_t>>();
+      } else {
+        auto id = token_to_id(name);
+        inputCheck(id.has_value(), where, ": post_processor names special token \"", name, "\", which the tokenizer lacks");
+        ids = {*id};
+      }
+      single_template_.push_back(ids);
     }
   }
 
@@ -466,6 +513,7 @@ class BpeTokenizer : public Tokenizer {
   int64_t vocab_size_ = 0;
   std::vector<int64_t> eos_;
   int64_t pad_ = 0;
+  std::vector<std::vector<int64_t>> single_template_;  // post-processor; an empty entry = the sequence
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };

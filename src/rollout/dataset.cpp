@@ -6,10 +6,8 @@
 #include "rayless/error.h"
 
 namespace rayless {
-namespace {
 
-// "" when the object holds a usable prompt, else why not. Fills row.prompt or row.messages.
-std::string parse_row(const nlohmann::json& object, const std::string& prompt_field,
+std::string parse_prompt_row(const nlohmann::json& object, const std::string& prompt_field,
                       const std::string& messages_field, PromptRow& row) {
   if (!object.is_object()) return "expected a JSON object";
   auto prompt = object.find(prompt_field);
@@ -34,8 +32,6 @@ std::string parse_row(const nlohmann::json& object, const std::string& prompt_fi
   return "";
 }
 
-}  // namespace
-
 PromptDataset load_prompt_dataset(const std::string& path, const std::string& prompt_field,
                                   const std::string& messages_field, bool skip_invalid) {
   std::ifstream in(path, std::ios::binary);
@@ -53,7 +49,7 @@ PromptDataset load_prompt_dataset(const std::string& path, const std::string& pr
     std::string problem;
     try {
       row.fields = nlohmann::json::parse(text);
-      problem = parse_row(row.fields, prompt_field, messages_field, row);
+      problem = parse_prompt_row(row.fields, prompt_field, messages_field, row);
     } catch (const nlohmann::json::parse_error& e) {
       std::string what = e.what();
       if (auto colon = what.find("parse error"); colon != std::string::npos) what = what.substr(colon);

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "rayless/checkpoint.h"
 #include "rayless/completion_logprobs.h"
@@ -37,6 +38,7 @@
 #include "rayless/metrics.h"
 #include "rayless/model.h"
 #include "rayless/rewards.h"
+#include "rayless/replay.h"
 #include "rayless/rollout_store.h"
 #include "rayless/runtime.h"
 #include "rayless/sampler.h"
@@ -77,6 +79,7 @@ struct GenerationBatch {
   torch::Tensor ref_logps;                       // [N, T] float32 when beta > 0
   int64_t num_items_in_batch = 0;                // active completion tokens of the whole generation, all ranks
   torch::Tensor order;                           // [N] shuffled row order; micro-batch i = rows order[iB:(i+1)B]
+  int64_t prompt_width = 0;                      // longest prompt of the batch: TRL's padded positions
   StepMetrics metrics;                           // generation-time metrics (rewards, lengths), global
 };
 
@@ -107,11 +110,30 @@ class Trainer {
   int run();
 
  private:
+  // One rank's rows of a generation before scoring: prompts, dataset rows and completions.
+  struct RowsOfRank {
+    std::vector<std::vector<int64_t>> prompt_ids;  // per completion row
+    std::vector<std::string> prompt_texts;
+    std::vector<nlohmann::json> fields;            // dataset row (for rewards)
+    std::vector<int64_t> group_index;              // the prompt (group) each row belongs to
+    GenerationOutput completions;
+  };
+
   GenerationBatch generate_and_score(int64_t generation_step);
+  RowsOfRank sampled_rows(int64_t generation_step);
+  RowsOfRank replayed_rows(int64_t generation_step);
+  void add_row(RowsOfRank& rows, const PromptRow& row, const std::string& where);
+  SamplingParams sampling_params() const;
+  StepMetrics generation_metrics(const GenerationBatch& batch, const torch::Tensor& all_rewards_per_func,
+                                 const AdvantageOutput& all);
+  void store_generation(const GenerationBatch& batch, const RowsOfRank& rows, const torch::Tensor& rewards_per_func,
+                        const torch::Tensor& rewards, const torch::Tensor& entropies);
   GenerationBatch reload_generation(int64_t generation_step);
   void finish_generation(GenerationBatch& batch);
+  // prompt_width: TRL's absolute positions (the longest prompt of this rank's generation batch)
   LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                       const torch::Tensor& completion_ids, const torch::Tensor& completion_mask);
+                                       const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
+                                       int64_t prompt_width);
   StepMetrics train_micro_batch(const GenerationBatch& batch, int64_t micro_index);
   double optimizer_step();
   void save(bool at_optimizer_boundary);
@@ -131,6 +153,7 @@ class Trainer {
   std::unique_ptr<DataParallel> data_parallel_;
   PromptDataset dataset_;
   std::unique_ptr<RewardSet> rewards_;
+  std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
   std::unique_ptr<MetricsLog> metrics_log_;
   ShardSpec shard_spec_;
   std::string config_hash_;
@@ -145,12 +168,15 @@ class Trainer {
   int64_t steps_per_generation_ = 1;
   int64_t micro_steps_per_generation_cycle_ = 1;  // steps_per_generation * mu
   bool needs_old_logps_ = false;
+  LossSettings loss_settings_;
+  torch::Dtype logp_dtype_ = torch::kFloat32;  // log-probs, entropies and the loss: float64 with a float64 model
   int64_t warmup_steps_ = 0;
   int64_t test_signal_micro_step_ = -1;  // RAYLESS_TEST_SIGNAL_AT_MICRO_STEP
   int64_t old_logprob_passes_ = 0;       // no-grad passes for old log-probs (reported per step)
   double sampling_seconds_ = 0;          // parts of the step's time, reported per step: sampling
   double allreduce_seconds_ = 0;         // (inside time/generation), gradient allreduce and
   double optimizer_seconds_ = 0;         // clip + AdamW (inside time/train)
+  float step_loss_float32_ = 0.0f;       // this rank's loss summed over the step's micro-steps (float32, as transformers)
 };
 
 Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runtime), options_(options) {
@@ -166,23 +192,28 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options) : runtime_(runti
   }
   torch::manual_seed(cfg_.train.seed);
 
-  steps_per_generation_ = cfg_.effective_steps_per_generation();
+  check_batch_geometry(cfg_, runtime_.size());
+  steps_per_generation_ = cfg_.effective_steps_per_generation(runtime_.size());
   micro_steps_per_generation_cycle_ = steps_per_generation_ * cfg_.grpo.num_iterations;
   // TRL: old log-probs equal the detached current ones when the policy cannot change within a cycle
   needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_generation_cycle_ != 0;
   warmup_steps_ = warmup_steps_for(cfg_.optim, cfg_.train.max_steps);
+  loss_settings_ = loss_settings_from_config(cfg_, runtime_.size());
   config_hash_ = config_hash(cfg_);
   if (const char* at = std::getenv("RAYLESS_TEST_SIGNAL_AT_MICRO_STEP")) test_signal_micro_step_ = std::atoll(at);
 
   dataset_ = load_prompt_dataset(cfg_.data);
   shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
-  shard_spec_.prompts_per_rank = cfg_.prompts_per_rank();
-  shard_spec_.world_size = runtime_.size();
+  // every rank walks the whole global batch of prompts and takes its slice of their completions
+  shard_spec_.prompts_per_rank = cfg_.global_generation_batch(runtime_.size()) / cfg_.grpo.num_generations;
+  shard_spec_.world_size = 1;
   shard_spec_.seed = static_cast<uint64_t>(cfg_.train.seed);
   shard_spec_.shuffle = cfg_.data.shuffle;
 
   tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
   const torch::Dtype dtype = parse_model_dtype(cfg_.model.dtype);
+  logp_dtype_ = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
   policy_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
   policy_->set_gradient_checkpointing(cfg_.train.gradient_checkpointing);
   if (cfg_.grpo.beta > 0) {
@@ -235,7 +266,7 @@ int Trainer::run() {
   GenerationBatch batch;
   bool have_batch = false;
   std::vector<StepMetrics> micro_metrics;
-  StepMetrics generation_metrics;
+  std::vector<StepMetrics> generations_this_step;  // TRL averages a step's generations' metrics
   double generation_seconds = 0, train_seconds = 0;
   auto step_start = Clock::now();
   const auto run_start = Clock::now();
@@ -251,7 +282,7 @@ int Trainer::run() {
       const auto t0 = Clock::now();
       batch = position_in_cycle == 0 ? generate_and_score(generation_step) : reload_generation(generation_step);
       generation_seconds += seconds_since(t0);
-      generation_metrics = batch.metrics;
+      if (!batch.metrics.empty()) generations_this_step.push_back(batch.metrics);
       have_batch = true;
     }
 
@@ -270,13 +301,17 @@ int Trainer::run() {
 
       StepMetrics m = reduce_step_metrics(micro_metrics);
       micro_metrics.clear();
-      for (const auto& [k, v] : generation_metrics) m[k] = v;
+      for (const auto& [k, v] : reduce_step_metrics(generations_this_step)) m[k] = v;
+      if (!generations_this_step.empty()) m["num_tokens"] = static_cast<double>(num_tokens_);  // a running total
       const double step_time = seconds_since(step_start);
       step_start = Clock::now();
       m["grad_norm"] = grad_norm;
+      // the loss summed over the step's micro-steps in float32 (each already divided for
+      // accumulation), its float32 mean over ranks: what transformers logs for TRL
+      m["loss"] = comm_->allgather(torch::tensor({step_loss_float32_}, torch::kFloat32)).mean().item<double>();
+      step_loss_float32_ = 0.0f;
       m["learning_rate"] = cfg_.optim.learning_rate *
                            lr_multiplier(cfg_.optim.lr_scheduler_type, optimizer_step_ - 1, warmup_steps_, cfg_.train.max_steps);
-      m["num_tokens"] = static_cast<double>(num_tokens_);
       m["old_logprob_passes"] = static_cast<double>(old_logprob_passes_);  // μ = 1 skips this pass
       old_logprob_passes_ = 0;
       m["time/sampling"] = sampling_seconds_;
@@ -289,7 +324,7 @@ int Trainer::run() {
       m["tokens_per_second"] = m.count("completions/total_tokens") ? m["completions/total_tokens"] / std::max(step_time, 1e-9) : NAN;
       m["memory/peak_rss_mb"] = global_max(*comm_, static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0));
       generation_seconds = train_seconds = 0;
-      generation_metrics.clear();
+      generations_this_step.clear();
       if (runtime_.rank() == 0) {
         metrics_log_->write(optimizer_step_, m);
         const double per_step = seconds_since(run_start) / static_cast<double>(optimizer_step_ - first_step);
@@ -334,33 +369,163 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   GenerationBatch batch;
   batch.generation_step = generation_step;
 
-  // this rank's prompts: a deterministic slice of the epoch's shuffled order
-  const PromptShard shard = shard_prompts(shard_spec_, rank, cursor_at_step(shard_spec_, generation_step));
-  std::vector<std::vector<int64_t>> prompts;
-  std::vector<std::string> prompt_texts;
-  std::vector<nlohmann::json> rows;
-  for (int64_t row_index : shard.rows) {
-    const PromptRow& row = dataset_.rows[static_cast<size_t>(row_index)];
-    std::string text;
-    if (row.is_chat()) {
-      std::vector<ChatMessage> messages;
-      for (const auto& m : row.messages) messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-      text = apply_chat_template(cfg_.tokenizer.chat_template == "none" ? "chatml" : cfg_.tokenizer.chat_template, messages);
-    } else {
-      text = format_prompt(cfg_.tokenizer.chat_template, cfg_.tokenizer.system_prompt, row.prompt);
+  // 1. this rank's completion rows, their prompts (tokens as TRL builds them) and completions
+  RowsOfRank rows = replay_ ? replayed_rows(generation_step) : sampled_rows(generation_step);
+  const int64_t N = static_cast<int64_t>(rows.prompt_ids.size());
+  batch.prompt_ids = rows.prompt_ids;
+  batch.completion_ids = rows.completions.completion_ids.to(torch::kCPU);
+  batch.truncated = rows.completions.truncated.to(torch::kCPU).to(torch::kBool);
+  batch.raw_lengths = rows.completions.completion_mask.sum(1).to(torch::kInt64).cpu();
+  batch.completion_mask = rows.completions.completion_mask.to(torch::kFloat32).cpu();
+  if (cfg_.grpo.mask_truncated_completions)
+    batch.completion_mask = batch.completion_mask * (~batch.truncated).unsqueeze(1).to(torch::kFloat32);
+  finish_generation(batch);
+
+  // 2. rewards of every function, then advantages over the whole global batch (as TRL, which gathers
+  //    the table and holds it in float32, so a group may span ranks)
+  std::vector<std::string> completion_texts;
+  std::vector<int64_t> completion_counts;
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t length = batch.raw_lengths[i].item<int64_t>();
+    auto ids_tensor = batch.completion_ids[i].slice(0, 0, length).contiguous();
+    std::vector<int64_t> ids(ids_tensor.data_ptr<int64_t>(), ids_tensor.data_ptr<int64_t>() + length);
+    completion_texts.push_back(tokenizer_->decode(ids, /*skip_special_tokens=*/true));
+    completion_counts.push_back(length);
+  }
+  const torch::Tensor rewards_per_func =
+      rewards_->score(rows.prompt_texts, completion_texts, completion_counts, rows.fields).to(torch::kFloat32);
+  const torch::Tensor all_rewards_per_func = torch::cat(comm_->allgather_variable(rewards_per_func), 0);
+  AdvantageSettings adv;
+  adv.num_generations = G;
+  adv.scale_rewards = cfg_.grpo.scale_rewards;
+  adv.multi_objective_aggregation = cfg_.grpo.multi_objective_aggregation;
+  const AdvantageOutput all = compute_advantages(all_rewards_per_func, rewards_->weights(), adv);
+  const int64_t first_row = rank * N;  // every rank holds per_device_train_batch_size x steps_per_generation rows
+  batch.advantages = all.advantages.slice(0, first_row, first_row + N);
+  const torch::Tensor rewards = all.rewards.slice(0, first_row, first_row + N);
+
+  // 3. old log-probs (only when the policy changes within a cycle) and reference log-probs (beta > 0)
+  torch::Tensor entropies;
+  {
+    torch::NoGradGuard no_grad;
+    if (needs_old_logps_) {
+      LogprobsAndEntropies old = policy_logprobs(policy_, batch.prompt_ids, batch.completion_ids, batch.completion_mask,
+                                                 batch.prompt_width);
+      ++old_logprob_passes_;
+      batch.old_logps = old.logps.to(logp_dtype_);
+      entropies = old.entropies.to(logp_dtype_);
     }
-    prompts.push_back(truncate_prompt_ids(tokenizer_->encode(text), cfg_.data.max_prompt_length, cfg_.data.truncation,
-                                          str(dataset_.path, ":", row.line)));
-    for (int64_t g = 0; g < G; ++g) {
-      prompt_texts.push_back(text);
-      rows.push_back(row.fields);
+    if (cfg_.grpo.beta > 0) {
+      LogprobsAndEntropies ref = policy_logprobs(reference_, batch.prompt_ids, batch.completion_ids, batch.completion_mask,
+                                                 batch.prompt_width);
+      batch.ref_logps = ref.logps.to(logp_dtype_);
     }
   }
+  batch.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(batch.completion_mask.sum().item<double>()));
+  batch.metrics = generation_metrics(batch, all_rewards_per_func, all);
+  store_generation(batch, rows, rewards_per_func, rewards, entropies);
+  return batch;
+}
 
-  // sample G completions per prompt in one batched, KV-cached pass
+// This rank's slice of the generation batch, as TRL's RepeatSampler and accelerate lay it out: the
+// global batch of prompts (each repeated num_generations times, consecutively) cut into equal
+// per-rank slices of per_device_train_batch_size x steps_per_generation completions. Groups are whole
+// on a rank when that count is a multiple of num_generations, else they may span ranks.
+Trainer::RowsOfRank Trainer::sampled_rows(int64_t generation_step) {
+  const int rank = runtime_.rank();
+  const int64_t G = cfg_.grpo.num_generations;
+  const int64_t N = cfg_.train.per_device_train_batch_size * steps_per_generation_;
+  const PromptShard shard = shard_prompts(shard_spec_, 0, cursor_at_step(shard_spec_, generation_step));
+  RowsOfRank rows;
+  std::vector<std::vector<int64_t>> unique_prompts;  // one per group present on this rank
+  for (int64_t i = rank * N; i < (rank + 1) * N; ++i) {
+    const int64_t dataset_row = shard.rows[static_cast<size_t>(i / G)];
+    const PromptRow& row = dataset_.rows[static_cast<size_t>(dataset_row)];
+    add_row(rows, row, str(dataset_.path, ":", row.line));
+    rows.group_index.push_back(dataset_row);
+    if (i % G == 0) unique_prompts.push_back(rows.prompt_ids.back());
+  }
+
+  // sample the completions in one batched, KV-cached pass: G per prompt when the groups are whole
+  // here, else one per row
+  const bool whole_groups = (rank * N) % G == 0 && N % G == 0;
+  SamplingParams params = sampling_params();
+  params.num_generations = whole_groups ? G : 1;
+  torch::Generator generator = make_generator(stream_seed(cfg_.train.seed, rank, generation_step, "sample"));
+  policy_->eval();
+  const auto sampling_start = Clock::now();
+  rows.completions = generate(policy_, whole_groups ? unique_prompts : rows.prompt_ids, params, generator, tokenizer_.get());
+  sampling_seconds_ += seconds_since(sampling_start);
+  policy_->train();
+  return rows;
+}
+
+// The rows of a replayed generation (train.replay_rollouts): prompts built by rayless from the
+// dataset rows and checked against the file's tokens, completions as the file has them.
+Trainer::RowsOfRank Trainer::replayed_rows(int64_t generation_step) {
+  const ReplayedGeneration& g = replay_->at(generation_step, runtime_.rank());
+  const int64_t N = static_cast<int64_t>(g.rows.size());
+  inputCheck(N == cfg_.train.per_device_train_batch_size * steps_per_generation_, g.where, ": ", N,
+             " rows, but one generation of this config has per_device_train_batch_size x steps_per_generation = ",
+             cfg_.train.per_device_train_batch_size * steps_per_generation_, " per rank");
+  RowsOfRank rows;
+  for (int64_t i = 0; i < N; ++i) {
+    PromptRow row;
+    row.fields = g.rows[static_cast<size_t>(i)];
+    const std::string problem = parse_prompt_row(row.fields, cfg_.data.prompt_field, cfg_.data.messages_field, row);
+    inputCheck(problem.empty(), g.where, ": row ", i, ": ", problem);
+    add_row(rows, row, str(g.where, " row ", i));
+    rows.group_index.push_back((runtime_.rank() * N + i) / cfg_.grpo.num_generations);
+    if (!g.prompt_ids.empty())
+      inputCheck(rows.prompt_ids.back() == g.prompt_ids[static_cast<size_t>(i)], g.where, ": row ", i,
+                 ": the file's prompt_ids differ from rayless's tokens of the prompt (", rows.prompt_ids.back().size(),
+                 " tokens vs ", g.prompt_ids[static_cast<size_t>(i)].size(), "): check the tokenizer and chat template");
+  }
+  // right-padded completions; a completion ends with EOS, or is truncated (TRL: its last token is
+  // neither EOS nor padding)
+  int64_t width = 0;
+  for (const auto& c : g.completion_ids) width = std::max<int64_t>(width, static_cast<int64_t>(c.size()));
+  const SamplingParams params = sampling_params();
+  GenerationOutput& out = rows.completions;
+  out.completion_ids = torch::full({N, width}, params.pad_id, torch::kInt64);
+  out.completion_mask = torch::zeros({N, width}, torch::kInt64);
+  out.truncated = torch::zeros({N}, torch::kBool);
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& c = g.completion_ids[static_cast<size_t>(i)];
+    const int64_t length = static_cast<int64_t>(c.size());
+    out.completion_ids[i].slice(0, 0, length).copy_(torch::tensor(c, torch::kInt64));
+    out.completion_mask[i].slice(0, 0, length).fill_(1);
+    const bool ends = c.back() == params.pad_id ||
+                      std::find(params.eos_ids.begin(), params.eos_ids.end(), c.back()) != params.eos_ids.end();
+    out.truncated[i] = !ends;
+  }
+  return rows;
+}
+
+// One completion row: its prompt as TRL builds it (a plain-text prompt tokenized with the
+// tokenizer's special tokens, as tokenizer(text) does; a chat row through the template), truncated
+// by data.max_prompt_length.
+void Trainer::add_row(RowsOfRank& rows, const PromptRow& row, const std::string& where) {
+  std::string text;
+  std::vector<int64_t> ids;
+  if (row.is_chat()) {
+    std::vector<ChatMessage> messages;
+    for (const auto& m : row.messages) messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+    text = apply_chat_template(cfg_.tokenizer.chat_template == "none" ? "chatml" : cfg_.tokenizer.chat_template, messages);
+    ids = tokenizer_->encode(text);
+  } else {
+    text = format_prompt(cfg_.tokenizer.chat_template, cfg_.tokenizer.system_prompt, row.prompt);
+    ids = tokenizer_->encode(text);
+    if (cfg_.tokenizer.chat_template == "none") ids = tokenizer_->add_special_tokens(std::move(ids));
+  }
+  rows.prompt_ids.push_back(truncate_prompt_ids(ids, cfg_.data.max_prompt_length, cfg_.data.truncation, where));
+  rows.prompt_texts.push_back(text);
+  rows.fields.push_back(row.fields);
+}
+
+SamplingParams Trainer::sampling_params() const {
   SamplingParams params;
   params.max_new_tokens = cfg_.generation.max_completion_length;
-  params.num_generations = G;
   params.temperature = cfg_.generation.temperature;
   params.greedy = cfg_.generation.temperature == 0.0;
   params.top_k = cfg_.generation.top_k;
@@ -371,129 +536,78 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   params.stop_strings = cfg_.generation.stop_strings;
   params.pad_id = tokenizer_->pad_id();
   params.return_logprobs = !needs_old_logps_;
-  torch::Generator generator = make_generator(stream_seed(cfg_.train.seed, rank, generation_step, "sample"));
-  policy_->eval();
-  const auto sampling_start = Clock::now();
-  GenerationOutput out = generate(policy_, prompts, params, generator, tokenizer_.get());
-  sampling_seconds_ += seconds_since(sampling_start);
-  policy_->train();
+  return params;
+}
 
-  const int64_t N = out.completion_ids.size(0);
-  for (int64_t i = 0; i < N; ++i) batch.prompt_ids.push_back(prompts[static_cast<size_t>(i / G)]);
-  batch.completion_ids = out.completion_ids.to(torch::kCPU);
-  batch.truncated = out.truncated.to(torch::kCPU).to(torch::kBool);
-  batch.raw_lengths = out.completion_mask.sum(1).to(torch::kInt64).cpu();
-  batch.completion_mask = out.completion_mask.to(torch::kFloat32).cpu();
-  if (cfg_.grpo.mask_truncated_completions)
-    batch.completion_mask = batch.completion_mask * (~batch.truncated).unsqueeze(1).to(torch::kFloat32);
-
-  // rewards of every function, then advantages over the whole global batch (as TRL, which gathers)
-  std::vector<std::string> completion_texts;
-  std::vector<int64_t> completion_counts;
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t length = batch.raw_lengths[i].item<int64_t>();
-    auto ids_tensor = batch.completion_ids[i].slice(0, 0, length).contiguous();
-    std::vector<int64_t> ids(ids_tensor.data_ptr<int64_t>(), ids_tensor.data_ptr<int64_t>() + length);
-    completion_texts.push_back(tokenizer_->decode(ids, /*skip_special_tokens=*/true));
-    completion_counts.push_back(length);
+// The generation's metrics over all ranks, as TRL computes them (its float32 arithmetic where it
+// has one: lengths, ratios and rewards).
+StepMetrics Trainer::generation_metrics(const GenerationBatch& batch, const torch::Tensor& all_rewards_per_func,
+                                        const AdvantageOutput& all) {
+  const torch::Tensor lengths = torch::cat(comm_->allgather_variable(batch.raw_lengths), 0).to(torch::kFloat32);
+  const torch::Tensor truncated = torch::cat(comm_->allgather_variable(batch.truncated), 0);
+  int64_t prompt_tokens = 0;
+  for (const auto& p : batch.prompt_ids) prompt_tokens += static_cast<int64_t>(p.size());
+  num_tokens_ += global_sum(*comm_, prompt_tokens) + static_cast<int64_t>(lengths.sum().item<double>());
+  StepMetrics m;
+  m["completions/mean_length"] = lengths.mean().item<double>();
+  m["completions/min_length"] = lengths.min().item<double>();
+  m["completions/max_length"] = lengths.max().item<double>();
+  m["completions/clipped_ratio"] = truncated.to(torch::kFloat32).mean().item<double>();
+  torch::Tensor terminated = lengths.masked_select(~truncated);
+  if (terminated.numel() == 0) terminated = torch::zeros({1}, torch::kFloat32);  // TRL's edge case
+  m["completions/mean_terminated_length"] = terminated.mean().item<double>();
+  m["completions/min_terminated_length"] = terminated.min().item<double>();
+  m["completions/max_terminated_length"] = terminated.max().item<double>();
+  m["completions/total_tokens"] = lengths.sum().item<double>();
+  const RewardMetrics r = reward_metrics(all_rewards_per_func, all);
+  for (size_t k = 0; k < rewards_->names().size(); ++k) {
+    m["rewards/" + rewards_->names()[k] + "/mean"] = r.function_mean[k];
+    m["rewards/" + rewards_->names()[k] + "/std"] = r.function_std[k];
   }
-  const torch::Tensor rewards_per_func = rewards_->score(prompt_texts, completion_texts, completion_counts, rows);
-  const torch::Tensor all_rewards_per_func = torch::cat(comm_->allgather_variable(rewards_per_func), 0);
-  AdvantageSettings adv;
-  adv.num_generations = G;
-  adv.scale_rewards = cfg_.grpo.scale_rewards;
-  adv.multi_objective_aggregation = cfg_.grpo.multi_objective_aggregation;
-  // every rank holds the whole batch's rewards, so batch statistics need no further collective
-  const AdvantageOutput all = compute_advantages(all_rewards_per_func, rewards_->weights(), adv);
-  const int64_t first_row = [&] {
-    int64_t offset = 0;
-    auto counts = comm_->allgather(torch::tensor({N}, torch::kInt64));
-    for (int r = 0; r < rank; ++r) offset += counts[r][0].item<int64_t>();
-    return offset;
-  }();
-  batch.advantages = all.advantages.slice(0, first_row, first_row + N).to(torch::kFloat32);
-  const torch::Tensor rewards = all.rewards.slice(0, first_row, first_row + N);
+  m["reward"] = r.reward;
+  m["reward_std"] = r.reward_std;
+  m["frac_reward_zero_std"] = r.frac_reward_zero_std;
+  return m;
+}
 
-  // old log-probs (only when the policy changes within a cycle) and reference log-probs (beta > 0)
-  torch::Tensor entropies;
-  {
-    torch::NoGradGuard no_grad;
-    if (needs_old_logps_) {
-      LogprobsAndEntropies old = policy_logprobs(policy_, batch.prompt_ids, batch.completion_ids, batch.completion_mask);
-      ++old_logprob_passes_;
-      batch.old_logps = old.logps.to(torch::kFloat32);
-      entropies = old.entropies.to(torch::kFloat32);
-    }
-    if (cfg_.grpo.beta > 0) {
-      LogprobsAndEntropies ref = policy_logprobs(reference_, batch.prompt_ids, batch.completion_ids, batch.completion_mask);
-      batch.ref_logps = ref.logps.to(torch::kFloat32);
-    }
-  }
-  batch.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(batch.completion_mask.sum().item<double>()));
-  finish_generation(batch);
-
-  // global generation metrics under TRL's names
-  {
-    const torch::Tensor all_lengths = torch::cat(comm_->allgather_variable(batch.raw_lengths.to(torch::kFloat64)), 0);
-    const torch::Tensor all_truncated = torch::cat(comm_->allgather_variable(batch.truncated.to(torch::kFloat64)), 0);
-    int64_t prompt_tokens = 0;
-    for (const auto& p : batch.prompt_ids) prompt_tokens += static_cast<int64_t>(p.size());
-    const torch::Tensor all_prompt_tokens = torch::tensor({global_sum(*comm_, prompt_tokens)});
-    StepMetrics& m = batch.metrics;
-    m["completions/mean_length"] = all_lengths.mean().item<double>();
-    m["completions/min_length"] = all_lengths.min().item<double>();
-    m["completions/max_length"] = all_lengths.max().item<double>();
-    m["completions/clipped_ratio"] = all_truncated.mean().item<double>();
-    m["completions/total_tokens"] = all_lengths.sum().item<double>();
-    num_tokens_ += all_prompt_tokens.item<int64_t>() + static_cast<int64_t>(all_lengths.sum().item<double>());
-    for (size_t k = 0; k < rewards_->names().size(); ++k) {
-      const torch::Tensor column = all_rewards_per_func.select(1, static_cast<int64_t>(k));
-      const torch::Tensor valid = column.masked_select(~torch::isnan(column));
-      m["rewards/" + rewards_->names()[k] + "/mean"] = valid.numel() ? valid.mean().item<double>() : NAN;
-      m["rewards/" + rewards_->names()[k] + "/std"] = valid.numel() > 1 ? valid.std().item<double>() : NAN;
-    }
-    m["reward"] = all.rewards.nanmean().item<double>();
-    m["reward_std"] = all.std_rewards.nanmean().item<double>();
-    m["frac_reward_zero_std"] =
-        torch::isclose(all.std_rewards, torch::zeros_like(all.std_rewards)).to(torch::kFloat64).mean().item<double>();
-  }
-
-  // the rollout store: what this rank generated, for mu > 1 reuse, resume and inspection. Rows are
-  // stored unpadded (tokens up to and including EOS); the padded width is kept as an attribute.
+// The rollout store: what this rank generated, for mu > 1 reuse, resume and inspection. Rows are
+// stored unpadded (tokens up to and including EOS); the padded width is kept as an attribute.
+void Trainer::store_generation(const GenerationBatch& batch, const RowsOfRank& rows, const torch::Tensor& rewards_per_func,
+                               const torch::Tensor& rewards, const torch::Tensor& entropies) {
+  const int64_t N = batch.completion_ids.size(0);
   Rollouts r;
-  r.step = generation_step;
-  r.rank = rank;
-  std::vector<int64_t> flat_prompts, prompt_offsets{0}, completion_offsets{0}, group_index;
-  std::vector<torch::Tensor> keep;  // per row: positions 0 .. length-1
+  r.step = batch.generation_step;
+  r.rank = runtime_.rank();
+  std::vector<int64_t> flat_prompts, prompt_offsets{0}, completion_offsets{0};
   for (int64_t i = 0; i < N; ++i) {
     const auto& p = batch.prompt_ids[static_cast<size_t>(i)];
     flat_prompts.insert(flat_prompts.end(), p.begin(), p.end());
     prompt_offsets.push_back(static_cast<int64_t>(flat_prompts.size()));
     completion_offsets.push_back(completion_offsets.back() + batch.raw_lengths[i].item<int64_t>());
-    group_index.push_back(shard.rows[static_cast<size_t>(i / G)]);
   }
   const int64_t T = batch.completion_ids.size(1);
   const torch::Tensor real = torch::arange(T).unsqueeze(0) < batch.raw_lengths.unsqueeze(1);  // [N, T]
   auto flat = [&](const torch::Tensor& padded) { return padded.cpu().masked_select(real).contiguous(); };
   auto i64 = [](const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); };
+  const GenerationOutput& out = rows.completions;
   r.prompt_ids = i64(flat_prompts);
   r.prompt_offsets = i64(prompt_offsets);
   r.completion_ids = flat(batch.completion_ids);
   r.completion_offsets = i64(completion_offsets);
-  r.group_index = i64(group_index);
+  r.group_index = i64(rows.group_index);
   r.rewards_per_func = rewards_per_func.to(torch::kFloat64);
   r.rewards = rewards.to(torch::kFloat64);
   r.advantages = batch.advantages;
   r.completion_mask = flat(batch.completion_mask).to(torch::kBool);
   if (batch.old_logps.defined()) r.old_logps = flat(batch.old_logps);
-  else if (out.logprobs.defined()) r.old_logps = flat(out.logprobs.to(torch::kFloat32));
+  else if (out.logprobs.defined()) r.old_logps = flat(out.logprobs.to(logp_dtype_));
   if (entropies.defined()) r.entropies = flat(entropies);
   else if (out.entropies.defined()) r.entropies = flat(out.entropies);  // no old-log-prob pass: the sampler's
   if (batch.ref_logps.defined()) r.ref_logps = flat(batch.ref_logps);
   r.truncated = batch.truncated;
   RolloutAttrs attrs;
   attrs.world_size = runtime_.size();
-  attrs.num_generations = G;
+  attrs.num_generations = cfg_.grpo.num_generations;
   attrs.reward_names = rewards_->names();
   attrs.reward_weights = rewards_->weights();
   attrs.config_hash = config_hash_;
@@ -505,7 +619,6 @@ GenerationBatch Trainer::generate_and_score(int64_t generation_step) {
   attrs.numbers["completion_width"] = static_cast<double>(T);
   attrs.numbers["beta"] = cfg_.grpo.beta;
   write_rollouts((output_dir_ / "rollouts").string(), r, attrs);
-  return batch;
 }
 
 // After a resume in the middle of a cycle: the generation is read back, not regenerated.
@@ -544,11 +657,18 @@ GenerationBatch Trainer::reload_generation(int64_t generation_step) {
   return batch;
 }
 
-// The shuffled order in which micro-batches take rows (TRL shuffles the generation batch, then splits).
+// The shuffled order in which micro-batches take rows (TRL shuffles the generation batch, then splits),
+// and the prompt width TRL's padding gives every micro-batch of the generation.
 void Trainer::finish_generation(GenerationBatch& batch) {
   const int64_t N = batch.completion_ids.size(0);
+  batch.prompt_width = 0;
+  for (const auto& p : batch.prompt_ids) batch.prompt_width = std::max<int64_t>(batch.prompt_width, static_cast<int64_t>(p.size()));
   runtimeCheck(N == cfg_.train.per_device_train_batch_size * steps_per_generation_,
                "generation produced ", N, " completions, expected ", cfg_.train.per_device_train_batch_size * steps_per_generation_);
+  if (replay_ && !replay_->at(batch.generation_step, runtime_.rank()).shuffle.empty()) {
+    batch.order = torch::tensor(replay_->at(batch.generation_step, runtime_.rank()).shuffle, torch::kInt64);
+    return;
+  }
   torch::Generator generator = make_generator(stream_seed(cfg_.train.seed, runtime_.rank(), batch.generation_step, "shuffle"));
   batch.order = torch::randperm(N, generator, torch::TensorOptions().dtype(torch::kInt64));
 }
@@ -556,13 +676,15 @@ void Trainer::finish_generation(GenerationBatch& batch) {
 // Per-token log-probs and entropies of the completion tokens (packed unless train.padding_free is off),
 // through the fused LM head (no [B, T, V] logits), logits divided by the sampling temperature as TRL does.
 LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                              const torch::Tensor& completion_ids, const torch::Tensor& completion_mask) {
+                                              const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
+                                              int64_t prompt_width) {
   AutocastScope autocast(cfg_.train.bf16, device_);
   CompletionLogprobOptions options;
   options.pad_id = tokenizer_->pad_id();
   options.temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;
   options.chunk_positions = cfg_.grpo.logprob_chunk_size;
   options.packed = cfg_.train.padding_free;
+  options.prompt_width = prompt_width;
   return completion_logprobs(model, prompts, completion_ids, completion_mask, options);
 }
 
@@ -574,20 +696,21 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(rows[i].item<int64_t>())]);
   const torch::Tensor completion_ids = batch.completion_ids.index_select(0, rows);
   const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
-  LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask);
+  LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask, batch.prompt_width);
   LossInputs in;
-  in.per_token_logps = current.logps.to(torch::kFloat32);
+  in.per_token_logps = current.logps.to(logp_dtype_);
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
   if (batch.ref_logps.defined()) in.ref_per_token_logps = batch.ref_logps.index_select(0, rows).to(device_);
   in.advantages = batch.advantages.index_select(0, rows).to(device_);
   in.completion_mask = completion_mask;
-  in.entropies = current.entropies.detach().to(torch::kFloat32);
+  in.entropies = current.entropies.detach().to(logp_dtype_);
 
   StepMetrics extra;
   if (cfg_.grpo.top_entropy_quantile < 1.0) {
-    // the threshold is a quantile over the active tokens of all ranks
-    const torch::Tensor active = in.entropies.masked_select(completion_mask.to(torch::kBool)).contiguous().cpu();
-    const float threshold = global_entropy_threshold(*comm_, active, 1.0 - cfg_.grpo.top_entropy_quantile,
+    // the threshold is a quantile over the active tokens of all ranks, taken in float32 as TRL does
+    const torch::Tensor active =
+        in.entropies.masked_select(completion_mask.to(torch::kBool)).to(torch::kFloat32).contiguous().cpu();
+    const float threshold = global_entropy_threshold(*comm_, active, cfg_.grpo.top_entropy_quantile,
                                                      cfg_.grpo.entropy_threshold_method);
     in.entropy_mask = entropy_mask(in.entropies, completion_mask, threshold);
     extra["entropy_threshold"] = threshold;
@@ -597,14 +720,16 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
                             "entropy_threshold", threshold);
   }
   in.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
-  const LossOutput out = compute_loss(in, loss_settings_from_config(cfg_, runtime_.size()));
+  const LossOutput out = compute_loss(in, loss_settings_);
   out.loss.backward();
 
   // metrics over all ranks in two collectives: means from their summed parts, extremes NaN-ignoring
   // (minima travel negated so one max-allreduce serves both)
   std::vector<double> parts, extremes;
   for (const auto& [name, part] : out.means) parts.insert(parts.end(), {part.sum, part.count});
-  parts.insert(parts.end(), {out.loss.detach().item<double>(), 1.0});  // "loss": mean over ranks
+  // TRL's logged loss is transformers' running total: a float32 tensor that each micro-step's loss
+  // is added to, averaged over ranks when the step is logged
+  step_loss_float32_ = static_cast<float>(static_cast<double>(step_loss_float32_) + out.loss.detach().item<double>());
   for (const auto& [name, value] : out.minima) extremes.push_back(std::isnan(value) ? -INFINITY : -value);
   for (const auto& [name, value] : out.maxima) extremes.push_back(std::isnan(value) ? -INFINITY : value);
   torch::Tensor summed = torch::tensor(parts, torch::kFloat64);
@@ -613,12 +738,10 @@ StepMetrics Trainer::train_micro_batch(const GenerationBatch& batch, int64_t mic
   if (maxed.numel() > 0) comm_->allreduce(maxed, ReduceOp::Max);
   StepMetrics m;
   int64_t i = 0;
-  for (const auto& [name, part] : out.means)
-    m[name] = summed[2 * i].item<double>() / std::max(summed[2 * i + 1].item<double>(), 1.0), ++i;
-  // TRL logs the loss summed over a step's micro-steps (each already divided for accumulation); the
-  // step's metrics are means over micro-steps, so scale by their number
-  m["loss"] = summed[2 * i].item<double>() / summed[2 * i + 1].item<double>() *
-              static_cast<double>(cfg_.train.gradient_accumulation_steps);
+  for (const auto& [name, part] : out.means) {
+    m[name] = MeanPart{summed[2 * i].item<double>(), summed[2 * i + 1].item<double>(), part.single_precision}.value();
+    ++i;
+  }
   i = 0;
   for (const auto& [name, value] : out.minima) m[name] = -maxed[i++].item<double>();
   for (const auto& [name, value] : out.maxima) m[name] = maxed[i++].item<double>();
@@ -636,8 +759,9 @@ double Trainer::optimizer_step() {
   const auto optimizer_start = Clock::now();
   double grad_norm = NAN;
   std::vector<torch::Tensor> parameters = policy_->parameters();
-  if (cfg_.optim.max_grad_norm > 0)
-    grad_norm = torch::nn::utils::clip_grad_norm_(parameters, cfg_.optim.max_grad_norm);
+  // the norm is reported without clipping too (transformers clips at infinity to measure it)
+  grad_norm = torch::nn::utils::clip_grad_norm_(
+      parameters, cfg_.optim.max_grad_norm > 0 ? cfg_.optim.max_grad_norm : std::numeric_limits<double>::infinity());
   const double lr = cfg_.optim.learning_rate *
                     lr_multiplier(cfg_.optim.lr_scheduler_type, optimizer_step_, warmup_steps_, cfg_.train.max_steps);
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -647,8 +771,8 @@ double Trainer::optimizer_step() {
   return grad_norm;
 }
 
-// Each micro-step's metrics are already global (train_micro_batch reduces them over ranks); the
-// step's value is their mean over its micro-steps, as TRL averages what it collected between logs.
+// Each micro-step's (or generation's) metrics are already global; the step's value is their mean over
+// its micro-steps (generations), NaN left out, as TRL averages what it collected between logs.
 StepMetrics Trainer::reduce_step_metrics(const std::vector<StepMetrics>& micro_metrics) {
   StepMetrics sums;
   std::map<std::string, int64_t> counts;
@@ -695,6 +819,7 @@ void Trainer::save(bool at_optimizer_boundary) {
     rank_state["random_streams"] = {{"seed", cfg_.train.seed},
                                     {"derivation", "fnv1a64(seed/rank/generation_step/purpose), purposes: sample, shuffle"}};
     rank_state["has_accumulated_gradients"] = !at_optimizer_boundary;
+    rank_state["step_loss_float32"] = step_loss_float32_;  // the logged loss's running total mid-step
     write_text_atomically(dir / str("rank-", rank, ".json"), rank_state.dump(2) + "\n");
     if (!at_optimizer_boundary) {
       std::vector<torch::Tensor> grads;
@@ -744,6 +869,9 @@ void Trainer::restore(const fs::path& checkpoint) {
     torch::load(grads, (checkpoint / str("grads-rank-", runtime_.rank(), ".pt")).string());
     auto params = policy_->parameters();
     for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i].clone();
+    const fs::path rank_file = checkpoint / str("rank-", runtime_.rank(), ".json");
+    const nlohmann::json rank_state = nlohmann::json::parse(read_text_file(rank_file));
+    step_loss_float32_ = rank_state.value("step_loss_float32", 0.0f);
   }
   last_saved_micro_step_ = micro_step_;
   log_info(str("resumed from ", checkpoint.string(), " at step ", optimizer_step_, " (micro-step ", micro_step_, ")"));

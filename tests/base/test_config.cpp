@@ -92,11 +92,25 @@ TEST_CASE("config: wrong types and ranges name key, value and what is allowed") 
 }
 
 TEST_CASE("config: cross-field rules") {
-  CHECK_THAT(error_of([&] { config_from_overrides({"train.per_device_train_batch_size=6", "grpo.num_generations=4"}); }),
-             Catch::Contains("multiple of grpo.num_generations"));
-  CHECK_NOTHROW(config_from_overrides({"train.per_device_train_batch_size=6", "grpo.num_generations=3"}));
-  CHECK_NOTHROW(config_from_overrides({"train.per_device_train_batch_size=6", "train.gradient_accumulation_steps=2",
-                                       "grpo.num_generations=4"}));
+  // TRL's rule: the generation batch of all ranks is a whole number of groups (a group may span ranks)
+  const Config six_by_four = config_from_overrides({"train.per_device_train_batch_size=6", "grpo.num_generations=4"});
+  CHECK_THAT(error_of([&] { check_batch_geometry(six_by_four, 1); }), Catch::Contains("multiple of grpo.num_generations"));
+  CHECK_NOTHROW(check_batch_geometry(six_by_four, 2));
+  CHECK_NOTHROW(check_batch_geometry(config_from_overrides({"train.per_device_train_batch_size=6", "grpo.num_generations=3"}), 1));
+  CHECK_NOTHROW(check_batch_geometry(config_from_overrides({"train.per_device_train_batch_size=6",
+                                                            "train.gradient_accumulation_steps=2", "grpo.num_generations=4"}), 1));
+  // generation_batch_size as TRL: steps_per_generation = it / (per_device x ranks), and not both
+  const Config by_generation_batch =
+      config_from_overrides({"train.per_device_train_batch_size=4", "grpo.generation_batch_size=16", "grpo.num_generations=4"});
+  CHECK(by_generation_batch.effective_steps_per_generation(2) == 2);
+  CHECK(by_generation_batch.effective_steps_per_generation(1) == 4);
+  CHECK_THAT(error_of([&] { check_batch_geometry(by_generation_batch, 3); }), Catch::Contains("multiple of train.per_device_train_batch_size"));
+  CHECK_THAT(error_of([&] { config_from_overrides({"grpo.generation_batch_size=16", "grpo.steps_per_generation=2"}); }),
+             Catch::Contains("cannot both be set"));
+  // scale_rewards = true / false as TRL maps them
+  CHECK(config_from_overrides({"grpo.scale_rewards=true"}).grpo.scale_rewards == "group");
+  CHECK(config_from_overrides({"grpo.scale_rewards=false"}).grpo.scale_rewards == "none");
+  CHECK(config_from_overrides({"model.dtype=float64"}).model.dtype == "float64");
   CHECK_THAT(error_of([&] { config_from_overrides({"reward.reward_weights=[1.0, 2.0]"}); }),
              Catch::Contains("one weight per function"));
   CHECK_THAT(error_of([&] { config_from_overrides({"reward.functions=[\"lenght\"]"}); }),

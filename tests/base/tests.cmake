@@ -19,3 +19,7 @@ add_test(NAME cli-unknown-command-exit2 COMMAND sh -c "$<TARGET_FILE:rayless> fr
 add_test(NAME cli-docs-match-code COMMAND sh -c "$<TARGET_FILE:rayless> config reference > ref.md && while IFS= read -r line; do grep -qF -- \"$line\" ${CMAKE_SOURCE_DIR}/docs/config.md || { echo \"docs/config.md lacks: $line\"; exit 1; }; done < ref.md")
 set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-check-shipped cli-version
                      cli-unknown-command-exit2 cli-docs-match-code PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+# `rayless config show` on an empty config = TRL's GRPOConfig() defaults for every shared key
+add_test(NAME cli-defaults-match-trl
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/defaults_match_trl.py $<TARGET_FILE:rayless>
+                 ${CMAKE_SOURCE_DIR}/tests/data/grpo_config_defaults.json)

@@ -1,9 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 
 #include "rayless/error.h"
 #include "rayless/grpo/advantages.h"
@@ -54,56 +51,31 @@ TEST_CASE("NaN rewards are left out and unscorable completions get advantage 0")
   CHECK(std::isnan(out.rewards[1].item<double>()));
 }
 
-// An in-process "world" of two ranks for GlobalSum: each call waits for the other rank's call and
-// returns the element-wise sum, like an allreduce.
-class TwoRankSum {
- public:
-  torch::Tensor operator()(int rank, const torch::Tensor& local) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    slots_[rank] = local.clone();
-    const int round = round_;
-    if (++arrived_ == 2) {
-      result_ = slots_[0] + slots_[1];
-      arrived_ = 0;
-      ++round_;
-      changed_.notify_all();
-    } else {
-      changed_.wait(lock, [&] { return round_ != round; });
-    }
-    return result_.clone();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  int arrived_ = 0, round_ = 0;
-  torch::Tensor slots_[2], result_;
-};
-
-TEST_CASE("batch statistics through GlobalSum equal those of the whole batch on one rank") {
+TEST_CASE("batch scaling divides by the std of the whole batch, group scaling by each group's") {
   torch::manual_seed(3);
   auto rewards = torch::randn({12, 2}, torch::kFloat64);
   rewards[5][1] = kNaN;
   const std::vector<double> weights = {1.0, 2.0};
-  for (const char* aggregation : {"sum_then_normalize", "normalize_then_sum"}) {
-    AdvantageSettings settings{4, "batch", aggregation};
-    auto whole = compute_advantages(rewards, weights, settings).advantages;
-    TwoRankSum world;
-    torch::Tensor shard[2];
-    std::thread other([&] {
-      shard[1] = compute_advantages(rewards.narrow(0, 8, 4), weights, settings,
-                                    [&](const torch::Tensor& t) { return world(1, t); }).advantages;
-    });
-    shard[0] = compute_advantages(rewards.narrow(0, 0, 8), weights, settings,
-                                  [&](const torch::Tensor& t) { return world(0, t); }).advantages;
-    other.join();
-    INFO(aggregation);
-    CHECK(torch::allclose(torch::cat({shard[0], shard[1]}), whole, 1e-12, 1e-12));
-    // and batch scaling differs from group scaling (the test can fail)
-    settings.scale_rewards = "group";
-    if (std::string(aggregation) == "sum_then_normalize")
-      CHECK_FALSE(torch::allclose(compute_advantages(rewards, weights, settings).advantages, whole));
-  }
+  AdvantageSettings settings{4, "batch", "sum_then_normalize"};
+  auto batch = compute_advantages(rewards, weights, settings);
+  auto summed = torch::nansum(rewards * torch::tensor(weights, torch::kFloat64), 1);
+  const double batch_std = summed.std().item<double>();
+  auto group_mean = summed.view({-1, 4}).mean(1).repeat_interleave(4);
+  CHECK(torch::allclose(batch.advantages, (summed - group_mean) / (batch_std + 1e-4), 1e-6, 1e-12));
+  settings.scale_rewards = "group";
+  CHECK_FALSE(torch::allclose(compute_advantages(rewards, weights, settings).advantages, batch.advantages));
+}
+
+TEST_CASE("a float32 table is worked in float32, as TRL holds rewards") {
+  auto rewards = torch::tensor({{1.0f}, {0.0f}, {0.0f}, {0.0f}});
+  auto out = compute_advantages(rewards, {1.0}, {4, "group", "sum_then_normalize"});
+  CHECK(out.advantages.scalar_type() == torch::kFloat32);
+  // TRL's float32 std of {1, 0, 0, 0}: sqrt(3/16 * float32(4/3))
+  const float variance = 0.1875f * static_cast<float>(4.0 / 3.0);
+  CHECK(out.std_rewards[0].item<float>() == std::sqrt(variance));
+  auto metrics = reward_metrics(rewards, out);
+  CHECK(metrics.reward == 0.25);
+  CHECK(metrics.reward_std == static_cast<double>(std::sqrt(variance)));
 }
 
 TEST_CASE("normalize_then_sum z-scores each function in its group, then the batch") {

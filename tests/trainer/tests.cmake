@@ -14,6 +14,32 @@ set_tests_properties(trainer-resume-mid-cycle-np2 trainer-resume-mid-accumulatio
                      trainer-bad-config-all-ranks-exit2
                      PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2 LABELS "mpi;e2e"
                                 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME trainer-entropy-quantile-keeps-top-np2
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/entropy_quantile_keeps_top.sh $<TARGET_FILE:rayless>)
+set_tests_properties(trainer-entropy-quantile-keeps-top-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600
+                     PROCESSORS 2 LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/world_size_and_store.sh $<TARGET_FILE:rayless>)
 set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                      LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+# Whole-step parity with TRL (label "parity"): every case under tests/data/trl-steps/ (written by
+# tools/make_trl_step_reference.py) is replayed through `rayless train` and compared, weights after
+# each optimizer step and every metric TRL logged. A new case directory is picked up at configure time.
+file(GLOB _parity_cases CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/data/trl-steps/*/case.json)
+foreach(_case_json ${_parity_cases})
+  get_filename_component(_case_dir ${_case_json} DIRECTORY)
+  get_filename_component(_case ${_case_dir} NAME)
+  file(READ ${_case_json} _case_text)
+  string(JSON _processes ERROR_VARIABLE _no_processes GET "${_case_text}" num_processes)
+  if(_no_processes)
+    set(_processes 1)
+  endif()
+  # padded: TRL's layout, 1e-9; packed: rayless's default layout (train.padding_free), see parity_trl.py
+  foreach(_layout padded packed)
+    add_test(NAME parity-${_case}-${_layout}
+             COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/parity_trl.py --rayless $<TARGET_FILE:rayless>
+                     --case ${_case_dir} --layout ${_layout})
+    set_tests_properties(parity-${_case}-${_layout} PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600
+                         PROCESSORS ${_processes} LABELS "parity;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  endforeach()
+endforeach()

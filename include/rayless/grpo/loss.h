@@ -32,6 +32,7 @@ struct LossSettings {
   double beta = 0.0;                                // k3 KL coefficient; needs ref_per_token_logps when != 0
   int64_t max_completion_length = 0;                // dr_grpo's normaliser
   int64_t gradient_accumulation_steps = 1;          // grpo/bnpo/dr_grpo/sapo/luspo divide by it
+  int64_t steps_per_generation = 0;                 // dapo/cispo: x accumulation / steps_per_generation; 0 = accumulation
   int64_t num_processes = 1;                        // dapo/cispo: num_items_in_batch / num_processes
   double sapo_temperature_pos = 1.0;
   double sapo_temperature_neg = 1.05;
@@ -57,7 +58,11 @@ struct LossInputs {
 struct MeanPart {
   double sum = 0;
   double count = 0;
-  double value() const { return sum / (count < 1 ? 1 : count); }
+  bool single_precision = false;  // TRL's value is float32 (an indicator's mean): round the global mean
+  double value() const {
+    const double mean = sum / (count < 1 ? 1 : count);
+    return single_precision ? static_cast<double>(static_cast<float>(mean)) : mean;
+  }
 };
 
 struct LossOutput {

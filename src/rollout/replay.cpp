@@ -1,0 +1,88 @@
+#include "rayless/replay.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include "rayless/error.h"
+
+namespace rayless {
+namespace {
+
+std::vector<std::vector<int64_t>> id_lists(const nlohmann::json& value, const std::string& where, const char* key) {
+  inputCheck(value.is_array(), where, ": \"", key, "\" must be a list of lists of token ids");
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& row : value) {
+    inputCheck(row.is_array(), where, ": \"", key, "\" must be a list of lists of token ids");
+    std::vector<int64_t> ids;
+    for (const auto& id : row) {
+      inputCheck(id.is_number_integer() && id.get<int64_t>() >= 0, where, ": \"", key,
+                 "\" holds something that is not a token id: ", id.dump());
+      ids.push_back(id.get<int64_t>());
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+}  // namespace
+
+ReplaySource::ReplaySource(const std::string& path) : path_(path) {
+  std::ifstream in(path, std::ios::binary);
+  inputCheck(in.good(), path, ": cannot open the replay file (train.replay_rollouts)");
+  std::string text;
+  int64_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = str(path, ":", line);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error&) {
+      throw InputError(str(where, ": not valid JSON"));
+    }
+    inputCheck(j.is_object(), where, ": expected a JSON object");
+    for (const char* key : {"step", "rank"})
+      inputCheck(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= 0, where,
+                 ": \"", key, "\" must be an integer >= 0");
+    inputCheck(j.contains("rows") && j["rows"].is_array(), where, ": \"rows\" must be a list of dataset rows");
+    inputCheck(j.contains("completion_ids"), where, ": \"completion_ids\" is missing");
+    ReplayedGeneration g;
+    g.where = where;
+    g.rows = j["rows"].get<std::vector<nlohmann::json>>();
+    g.completion_ids = id_lists(j["completion_ids"], where, "completion_ids");
+    const size_t n = g.rows.size();
+    inputCheck(n > 0, where, ": \"rows\" is empty");
+    inputCheck(g.completion_ids.size() == n, where, ": ", g.completion_ids.size(), " completion_ids for ", n, " rows");
+    for (size_t i = 0; i < n; ++i)
+      inputCheck(!g.completion_ids[i].empty(), where, ": completion ", i, " is empty");
+    if (j.contains("prompt_ids")) {
+      g.prompt_ids = id_lists(j["prompt_ids"], where, "prompt_ids");
+      inputCheck(g.prompt_ids.size() == n, where, ": ", g.prompt_ids.size(), " prompt_ids for ", n, " rows");
+    }
+    if (j.contains("shuffle")) {
+      const auto& s = j["shuffle"];
+      inputCheck(s.is_array() && s.size() == n, where, ": \"shuffle\" must list ", n, " row indices");
+      std::vector<char> seen(n, 0);
+      for (const auto& v : s) {
+        inputCheck(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<size_t>() < n && !seen[v.get<size_t>()],
+                   where, ": \"shuffle\" is not a permutation of 0..", n - 1);
+        seen[v.get<size_t>()] = 1;
+        g.shuffle.push_back(v.get<int64_t>());
+      }
+    }
+    const auto key = std::make_pair(j["step"].get<int64_t>(), j["rank"].get<int64_t>());
+    inputCheck(!generations_.count(key), where, ": step ", key.first, " rank ", key.second, " appears twice");
+    generations_.emplace(key, std::move(g));
+  }
+  inputCheck(!generations_.empty(), path, ": no replayed generation in ", line, " lines");
+}
+
+const ReplayedGeneration& ReplaySource::at(int64_t step, int64_t rank) const {
+  auto it = generations_.find({step, rank});
+  inputCheck(it != generations_.end(), path_, ": no line for generation step ", step, " rank ", rank,
+             " (train.replay_rollouts must cover every generation of the run)");
+  return it->second;
+}
+
+}  // namespace rayless

@@ -1,0 +1,688 @@
+#!/usr/bin/env python3
+"""Generate the TRL step-replay fixtures in tests/data/trl-steps/.
+
+Each case runs Hugging Face TRL's real GRPOTrainer (CPU, float64 weights) for a few optimizer steps on
+the tiny Qwen2 model in tests/data/trl-steps/model. Generation is not sampled: the trainer's
+single-turn generation method is replaced by one that returns completions drawn from a seeded RNG
+(per case and generation), so everything after generation (decoding, rewards, advantages, old/ref
+log-probs, shuffling, losses, optimizer) is TRL's own code. The rewards are Python versions of
+rayless's built-in `length` and `format` rewards. What each case writes (case.json, rollouts.jsonl,
+metrics.jsonl, weights.h5) is described in tests/data/trl-steps/README.md.
+
+Regenerate everything (from the repository root):
+
+    tools/trl_steps/setup_venv.sh                       # once: venv at .venv-trl (or set TRL_VENV)
+    .venv-trl/bin/python tools/make_trl_step_reference.py --out tests/data/trl-steps
+
+One case only:          ... tools/make_trl_step_reference.py --out tests/data/trl-steps --case loss_grpo
+List the cases:         ... tools/make_trl_step_reference.py --list
+Check them without TRL: ... tools/trl_steps/replay_check.py
+
+The model directory tests/data/trl-steps/model is made once by rayless itself and committed:
+
+    build/rayless init-model --config-json tools/trl_steps/model_config.json \\
+        --out tests/data/trl-steps/model --seed 7 --tokenizer byte
+
+Pinned versions: trl 1.16.0, transformers 5.24.0, torch 2.13.0 (CPU), accelerate 1.15.0, h5py.
+
+Precision note: TRL 1.16 computes log-probabilities and entropies with a fused, chunked LM-head kernel
+(trl/kernels/chunked_logprob.py) that works in float32 whatever the model dtype. By default this
+script replaces that kernel with the same computation in the model's dtype (float64), so the whole
+forward/backward is float64; `--native-lm-head` keeps TRL's float32 kernel instead (not used for the
+committed fixtures). Everything else TRL does in float32 (rewards, advantages, some metrics) is left
+untouched.
+
+Two-process cases are launched with torchrun (`python -m torch.distributed.run --nproc_per_node 2`;
+accelerate then runs MULTI_CPU with the gloo backend). Every case runs in its own subprocess with one intra-op thread per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "tests" / "data" / "trl-steps"
+EOS_ID = 258
+FORMAT_PATTERN = "[aeiou][aeiou]"
+# characters the injected completions are made of: decode identically in Python and C++ and are
+# untouched by transformers' clean_up_tokenization (no punctuation, no apostrophes)
+COMPLETION_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 "
+VOWELS = "aeiou"
+
+PROMPTS = [
+    "count: abc",
+    "spell: dog",
+    "say hi",
+    "list: 1 2 3",
+    "echo: zebra",
+    "next: a b",
+    "reverse: stop",
+    "sum: 2 3",
+    "name a fruit",
+    "copy: moon",
+    "vowels: tree",
+    "count: xyz",
+    "repeat: ok",
+    "add: 7 1",
+    "word: sky",
+    "digits: 42",
+]
+
+# ---------------------------------------------------------------------------------------------------
+# Cases. Each entry overrides BASE (GRPOConfig arguments) and names the rewards.
+
+BASE = dict(
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=1,
+    steps_per_generation=None,
+    num_generations=4,
+    max_completion_length=8,
+    max_steps=2,
+    seed=42,
+    temperature=1.0,
+    learning_rate=2e-2,
+    lr_scheduler_type="linear",
+    warmup_steps=0,
+    weight_decay=0.0,
+    adam_beta1=0.9,
+    adam_beta2=0.999,
+    adam_epsilon=1e-8,
+    max_grad_norm=1.0,
+    num_iterations=1,
+    beta=0.0,
+    epsilon=0.2,
+    epsilon_high=None,
+    delta=None,
+    loss_type="dapo",
+    scale_rewards="group",
+    multi_objective_aggregation="sum_then_normalize",
+    importance_sampling_level="token",
+    top_entropy_quantile=1.0,
+    mask_truncated_completions=False,
+    sapo_temperature_pos=1.0,
+    sapo_temperature_neg=1.05,
+    sync_ref_model=False,
+    ref_model_mixup_alpha=0.6,
+    ref_model_sync_steps=512,
+    reward_weights=None,
+)
+
+# settings that make the run deterministic, float64 and free of side effects; not part of the math
+FIXED = dict(
+    bf16=False,
+    fp16=False,
+    gradient_checkpointing=False,
+    logging_steps=1,
+    logging_strategy="steps",
+    report_to="none",
+    save_strategy="no",
+    eval_strategy="no",
+    use_cpu=True,
+    optim="adamw_torch",
+    dataloader_num_workers=0,
+    disable_tqdm=True,
+    shuffle_dataset=True,
+    disable_dropout=True,
+    remove_unused_columns=False,
+    model_init_kwargs={"dtype": "float64"},
+    log_completions=False,
+    top_p=1.0,
+    top_k=0,
+    min_p=None,
+    repetition_penalty=1.0,
+    cast_lm_head_to_fp32=False,
+    use_vllm=False,
+    entropy_coef=0.0,
+    use_adaptive_entropy=False,
+    off_policy_mask_threshold=None,
+    use_bias_correction_kl=False,
+    vllm_importance_sampling_correction=False,
+    include_num_input_tokens_seen="no",
+    pad_to_multiple_of=None,
+)
+
+LENGTH = {"functions": ["length"], "length_target": 5}
+
+CASES: dict[str, dict] = {}
+
+
+def case(name, description, rewards=LENGTH, num_processes=1, **grpo):
+    assert name not in CASES, name
+    unknown = set(grpo) - set(BASE)
+    assert not unknown, f"{name}: unknown settings {unknown}"
+    CASES[name] = dict(description=description, rewards=rewards, num_processes=num_processes, grpo=grpo)
+
+
+# 1. every loss type, mu = 1, one process
+case("loss_grpo", "loss_type grpo, mu=1, 1 process", loss_type="grpo")
+case("loss_bnpo", "loss_type bnpo, mu=1, 1 process", loss_type="bnpo")
+case("loss_dr_grpo", "loss_type dr_grpo, mu=1, 1 process", loss_type="dr_grpo")
+case("loss_dapo", "loss_type dapo, mu=1, 1 process", loss_type="dapo", max_steps=3)
+case("loss_cispo", "loss_type cispo (epsilon_high 5.0, the recommended value), mu=1, 1 process",
+     loss_type="cispo", epsilon_high=5.0)
+case("loss_sapo", "loss_type sapo (default temperatures), mu=1, 1 process", loss_type="sapo")
+case("loss_luspo", "loss_type luspo with importance_sampling_level sequence, mu=1, 1 process",
+     loss_type="luspo", importance_sampling_level="sequence")
+# 2. several micro-steps per generation, mu = 2
+case("mu2_spg2_ga2", "dapo, num_iterations 2, steps_per_generation 2, GA 2 (old log-probs computed at generation)",
+     per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2,
+     max_steps=4, learning_rate=5e-2)
+case("mu2_spg2_ga4", "dapo, num_iterations 2, steps_per_generation 2, GA 4 = spg*mu (one generation per optimizer "
+     "step, both passes inside it: TRL skips the old log-prob pass)",
+     per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2, num_iterations=2,
+     max_steps=2, learning_rate=5e-2)
+case("ga4_spg2", "dapo, num_iterations 1, steps_per_generation 2, GA 4 > spg*mu (two generations per optimizer step)",
+     per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2, max_steps=2)
+case("sapo_mu2", "sapo, num_iterations 2, steps_per_generation 2, GA 2 (soft gate with ratios != 1)",
+     loss_type="sapo", per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2,
+     num_iterations=2, max_steps=2, learning_rate=5e-2)
+case("cispo_mu2", "cispo (epsilon_high 1.1 so the ratio cap binds), num_iterations 2, steps_per_generation 2, GA 2",
+     loss_type="cispo", epsilon_high=1.1, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+     steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=5e-2)
+# 3. KL against a reference model that follows the policy
+case("beta_sync_ref", "beta 0.04, sync_ref_model every step with alpha 0.6, dapo, mu=1",
+     beta=0.04, sync_ref_model=True, ref_model_sync_steps=1, ref_model_mixup_alpha=0.6)
+case("beta_mu2", "beta 0.04 (no sync), grpo loss, num_iterations 2, steps_per_generation 2, GA 2",
+     beta=0.04, loss_type="grpo", per_device_train_batch_size=4, gradient_accumulation_steps=2,
+     steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=5e-2)
+# 4. high-entropy token mask
+case("top_entropy_q02", "top_entropy_quantile 0.2, dapo, mu=1", top_entropy_quantile=0.2)
+# 5. truncated completions left out of the loss
+case("mask_truncated", "mask_truncated_completions, dapo, mu=1", mask_truncated_completions=True)
+# 6. reward scaling
+case("scale_batch", "scale_rewards batch, dapo, mu=1", scale_rewards="batch")
+case("scale_none", "scale_rewards none, dapo, mu=1", scale_rewards="none")
+# 7. sequence-level importance sampling (GSPO)
+case("is_sequence_mu2", "importance_sampling_level sequence, grpo loss, num_iterations 2, steps_per_generation 2, GA 2",
+     importance_sampling_level="sequence", loss_type="grpo", per_device_train_batch_size=4,
+     gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=1e-1)
+# 8. asymmetric clipping and the two-sided cap
+case("eps_high_delta_mu2", "epsilon_high 0.28, delta 1.5, dapo, num_iterations 2, steps_per_generation 2, GA 2",
+     epsilon_high=0.28, delta=1.5, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+     steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=1e-1)
+# 9. two reward functions
+TWO = {"functions": ["length", "format"], "length_target": 5, "format_pattern": FORMAT_PATTERN}
+case("two_rewards", "length + format rewards, weights [1.0, 0.5], sum_then_normalize", rewards=TWO,
+     reward_weights=[1.0, 0.5])
+case("two_rewards_nts", "length + format rewards, weights [1.0, 0.5], normalize_then_sum", rewards=TWO,
+     reward_weights=[1.0, 0.5], multi_objective_aggregation="normalize_then_sum")
+# optimizer and schedule knobs
+case("optim_wd_cosine", "dapo with weight_decay 0.1 (no decay on biases and norms), cosine schedule, warmup 1 "
+     "(step 1 runs at learning rate 0), adam_beta2 0.99, adam_epsilon 1e-6, max_grad_norm 0.5",
+     max_steps=3, weight_decay=0.1, lr_scheduler_type="cosine", warmup_steps=1, adam_beta2=0.99, adam_epsilon=1e-6,
+     max_grad_norm=0.5)
+case("optim_constant_noclip", "dapo with a constant schedule and no gradient clipping (max_grad_norm 0)",
+     lr_scheduler_type="constant", max_grad_norm=0.0, learning_rate=1e-2)
+# 10. two processes
+case("dp2_dapo", "2 processes, dapo, per_device 4 (one group per process), mu=1", num_processes=2,
+     per_device_train_batch_size=4)
+case("dp2_entropy_mu2", "2 processes, top_entropy_quantile 0.2 (threshold over both ranks), num_iterations 2, "
+     "steps_per_generation 2, GA 2", num_processes=2, top_entropy_quantile=0.2, per_device_train_batch_size=4,
+     gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=3e-2)
+case("dp2_split_groups", "2 processes, per_device 3, steps_per_generation 2, GA 2: 6 rows per process, so the "
+     "second group of 4 is split across the processes", num_processes=2, per_device_train_batch_size=3,
+     gradient_accumulation_steps=2, steps_per_generation=2, max_steps=3)
+
+# ---------------------------------------------------------------------------------------------------
+# Rewards: Python versions of rayless's built-ins (src/rollout/rewards.cpp). The function names are the
+# rayless names, since TRL names the metrics rewards/<__name__>/mean.
+
+
+def make_rewards(spec):
+    funcs = []
+    for name in spec["functions"]:
+        if name == "length":
+            target = int(spec["length_target"])
+
+            def length(prompts, completions, completion_ids, **kwargs):
+                # tokens of the completion, EOS included (TRL passes the unpadded ids)
+                return [-abs(float(target - len(ids))) for ids in completion_ids]
+
+            funcs.append(length)
+        elif name == "format":
+            pattern = re.compile(spec["format_pattern"])
+
+            def format(prompts, completions, completion_ids, **kwargs):  # noqa: A001 - rayless's name
+                # a match anywhere in the decoded completion (PCRE2 search in rayless)
+                return [1.0 if pattern.search(text) else 0.0 for text in completions]
+
+            funcs.append(format)
+        else:
+            raise ValueError(name)
+    return funcs
+
+
+def rayless_overrides(grpo: dict, rewards: dict) -> list[str]:
+    """`--set` strings giving rayless the settings of the TRL run."""
+
+    def toml(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(toml(x) for x in v) + "]"
+        raise TypeError(v)
+
+    g = grpo
+    out = {
+        "model.path": "tests/data/trl-steps/model",
+        "model.dtype": "float64",
+        "model.device": "cpu",
+        "tokenizer.path": "",
+        "tokenizer.chat_template": "none",
+        "data.path": "tests/data/trl-steps/prompts.jsonl",
+        "data.prompt_field": "prompt",
+        "generation.max_completion_length": g["max_completion_length"],
+        "generation.temperature": float(g["temperature"]),
+        "reward.functions": list(rewards["functions"]),
+        "reward.reward_weights": [float(w) for w in (g["reward_weights"] or [])],
+        "grpo.num_generations": g["num_generations"],
+        "grpo.num_iterations": g["num_iterations"],
+        "grpo.steps_per_generation": g["steps_per_generation"] or 0,
+        "grpo.beta": float(g["beta"]),
+        "grpo.epsilon": float(g["epsilon"]),
+        "grpo.epsilon_high": float(g["epsilon_high"] or 0.0),
+        "grpo.delta": float(g["delta"] or 0.0),
+        "grpo.loss_type": g["loss_type"],
+        "grpo.scale_rewards": g["scale_rewards"],
+        "grpo.multi_objective_aggregation": g["multi_objective_aggregation"],
+        "grpo.importance_sampling_level": g["importance_sampling_level"],
+        "grpo.top_entropy_quantile": float(g["top_entropy_quantile"]),
+        "grpo.mask_truncated_completions": g["mask_truncated_completions"],
+        "grpo.sapo_temperature_pos": float(g["sapo_temperature_pos"]),
+        "grpo.sapo_temperature_neg": float(g["sapo_temperature_neg"]),
+        "grpo.sync_ref_model": g["sync_ref_model"],
+        "grpo.ref_model_mixup_alpha": float(g["ref_model_mixup_alpha"]),
+        "grpo.ref_model_sync_steps": g["ref_model_sync_steps"],
+        "optim.learning_rate": float(g["learning_rate"]),
+        "optim.lr_scheduler_type": g["lr_scheduler_type"],
+        "optim.warmup_steps": g["warmup_steps"],
+        "optim.weight_decay": float(g["weight_decay"]),
+        "optim.adam_beta1": float(g["adam_beta1"]),
+        "optim.adam_beta2": float(g["adam_beta2"]),
+        "optim.adam_epsilon": float(g["adam_epsilon"]),
+        "optim.max_grad_norm": float(g["max_grad_norm"]),
+        "train.per_device_train_batch_size": g["per_device_train_batch_size"],
+        "train.gradient_accumulation_steps": g["gradient_accumulation_steps"],
+        "train.max_steps": g["max_steps"],
+        "train.seed": g["seed"],
+        "train.bf16": False,
+        "train.gradient_checkpointing": False,
+        "log.logging_steps": 1,
+    }
+    if "length" in rewards["functions"]:
+        out["reward.length_target"] = int(rewards["length_target"])
+        out["reward.length_unit"] = "tokens"
+    if "format" in rewards["functions"]:
+        out["reward.format_pattern"] = rewards["format_pattern"]
+    return [f"{k}={toml(v)}" for k, v in out.items()]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Injected completions
+
+
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()[:8], "little")
+
+
+def draw_generation(case_name: str, generation: int, n_rows: int, group: int, max_len: int, char_ids: dict,
+                    rewards: list) -> list[list[int]]:
+    """Completions of one global generation batch (all processes), rows in TRL's global order.
+
+    Redraws a group until its combined rewards are not all equal, so advantages are non-zero."""
+    out = []
+    for g0 in range(0, n_rows, group):
+        attempt = 0
+        while True:
+            rng = random.Random(_seed("trl-steps", case_name, generation, g0 // group, attempt))
+            rows = [draw_completion(rng, max_len, char_ids) for _ in range(group)]
+            texts = ["".join(c for c in text) for text, _ in rows]
+            ids = [i for _, i in rows]
+            totals = [sum(f([""] * group, texts, ids)[k] for f in rewards) for k in range(group)]
+            if len(set(totals)) > 1:
+                break
+            attempt += 1
+        out.extend(ids)
+    return out
+
+
+def draw_completion(rng: random.Random, max_len: int, char_ids: dict) -> tuple[str, list[int]]:
+    truncated = rng.random() < 0.25
+    length = max_len if truncated else rng.randint(1, max_len)
+    n_text = length if truncated else length - 1
+    chars = [rng.choice(COMPLETION_CHARS) for _ in range(n_text)]
+    if n_text >= 2 and rng.random() < 0.4:  # give the format reward something to find
+        k = rng.randrange(n_text - 1)
+        chars[k], chars[k + 1] = rng.choice(VOWELS), rng.choice(VOWELS)
+    ids = [char_ids[c] for c in chars] + ([] if truncated else [EOS_ID])
+    return "".join(chars), ids
+
+
+# ---------------------------------------------------------------------------------------------------
+# One case, inside the (possibly distributed) training process
+
+
+def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) -> None:
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    import accelerate
+    import datasets
+    import h5py
+    import transformers
+    import trl
+    import trl.trainer.grpo_trainer as grpo_mod
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    spec = CASES[name]
+    grpo = dict(BASE)
+    grpo.update(spec["grpo"])
+    rewards_spec = spec["rewards"]
+    reward_funcs = make_rewards(rewards_spec)
+
+    if not native_lm_head:
+        trl_utils._ChunkedLogProbFunction = Float64LogProbs
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"trl-steps-{name}-"))
+    fixed = dict(FIXED, model_init_kwargs={"dtype": torch.float64})  # create_model_from_path wants the dtype object
+    args = GRPOConfig(output_dir=str(tmp / "out"), **grpo, **fixed)
+    rank = args.process_index
+    world = args.world_size
+    assert world == spec["num_processes"], f"{name}: launched with {world} processes, case wants {spec['num_processes']}"
+
+    rows = [{"prompt": p, "id": i} for i, p in enumerate(PROMPTS)]
+    dataset = datasets.Dataset.from_list(rows)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    char_ids = {}
+    for c in COMPLETION_CHARS:
+        ids = tokenizer(c, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1, (c, ids)
+        char_ids[c] = ids[0]
+    assert tokenizer.eos_token_id == EOS_ID, tokenizer.eos_token_id
+
+    records = []  # one per generation on this process
+    state = {"generation": 0, "current": None}
+
+    original_single_turn = GRPOTrainer._generate_single_turn
+
+    def injected_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        n = len(prompt_ids)
+        g = state["generation"]
+        all_rows = draw_generation(name, g, n * self.accelerator.num_processes, self.num_generations,
+                                   self.max_completion_length, char_ids, reward_funcs)
+        completion_ids = all_rows[rank * n:(rank + 1) * n]
+        state["current"] = {"step": g, "rank": rank, "prompt_ids": [list(map(int, p)) for p in prompt_ids],
+                            "completion_ids": [list(c) for c in completion_ids]}
+        return [list(c) for c in completion_ids], None
+
+    assert original_single_turn is not None
+    GRPOTrainer._generate_single_turn = injected_single_turn
+
+    original_rewards = GRPOTrainer._calculate_rewards
+
+    def recorded_rewards(self, inputs, prompts, completions, completion_ids_list):
+        out = original_rewards(self, inputs, prompts, completions, completion_ids_list)
+        n = len(prompts)
+        cur = state["current"]
+        cur["prompts"] = list(prompts)
+        cur["rows"] = [{k: v for k, v in row.items()} for row in inputs]
+        cur["completions"] = list(completions)
+        cur["completion_ids_seen_by_rewards"] = [list(c) for c in completion_ids_list]
+        cur["rewards_per_func"] = out[rank * n:(rank + 1) * n].tolist()
+        cur["rewards_dtype"] = str(out.dtype)
+        return out
+
+    GRPOTrainer._calculate_rewards = recorded_rewards
+
+    original_score = GRPOTrainer._generate_and_score_completions
+
+    def recorded_score(self, inputs):
+        out = original_score(self, inputs)
+        cur = state["current"]
+        cur["advantages"] = out["advantages"].tolist()
+        cur["advantages_dtype"] = str(out["advantages"].dtype)
+        return out
+
+    GRPOTrainer._generate_and_score_completions = recorded_score
+
+    original_shuffle = grpo_mod.shuffle_sequence_dict
+
+    def recorded_shuffle(seq_dict):
+        n = len(next(v for v in seq_dict.values() if v is not None))
+        rng_state = torch.get_rng_state()
+        permutation = torch.randperm(n)
+        torch.set_rng_state(rng_state)
+        shuffled = original_shuffle(seq_dict)  # draws the same permutation from the same state
+        assert torch.equal(shuffled["advantages"], seq_dict["advantages"][permutation]), "shuffle not reproduced"
+        assert torch.equal(shuffled["completion_ids"], seq_dict["completion_ids"][permutation])
+        cur = state["current"]
+        assert cur is not None and "shuffle" not in cur
+        cur["shuffle"] = permutation.tolist()
+        # completion ids as TRL holds them (right-padded) must be what was injected
+        for row, ids in zip(seq_dict["completion_ids"].tolist(), cur["completion_ids"], strict=True):
+            assert row[:len(ids)] == ids and all(t == tokenizer.pad_token_id for t in row[len(ids):])
+        assert cur["completion_ids_seen_by_rewards"] == cur["completion_ids"]
+        del cur["completion_ids_seen_by_rewards"]
+        records.append(cur)
+        state["current"] = None
+        state["generation"] += 1
+        return shuffled
+
+    grpo_mod.shuffle_sequence_dict = recorded_shuffle
+
+    weights = {}
+
+    class CaptureWeights(TrainerCallback):
+        def on_step_end(self, args, state_, control, model=None, **kwargs):
+            params = {n: p.detach().to(torch.float64).cpu().clone() for n, p in model.named_parameters()}
+            if world > 1:
+                flat = torch.cat([p.reshape(-1) for p in params.values()])
+                gathered = [torch.empty_like(flat) for _ in range(world)]
+                torch.distributed.all_gather(gathered, flat)
+                for other in gathered[1:]:
+                    assert torch.equal(other, gathered[0]), "processes disagree on the weights"
+            weights[state_.global_step] = {n: p.numpy() for n, p in params.items()}
+
+    trainer = GRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=None,
+        callbacks=[CaptureWeights()],
+    )
+    assert trainer.model.dtype == torch.float64
+    assert EOS_ID in trainer.eos_token_ids, trainer.eos_token_ids  # [258, 260]: tokenizer + generation_config.json
+    trainer.train()
+
+    if world > 1:
+        gathered = [None] * world
+        torch.distributed.all_gather_object(gathered, records)
+        all_records = [r for per_rank in gathered for r in per_rank]
+    else:
+        all_records = records
+    if rank != 0:
+        return
+
+    all_records.sort(key=lambda r: (r["step"], r["rank"]))
+    log = [dict(e) for e in trainer.state.log_history if "loss" in e and "train_runtime" not in e]
+    assert [e["step"] for e in log] == list(range(1, grpo["max_steps"] + 1)), [e["step"] for e in log]
+    assert sorted(weights) == list(range(1, grpo["max_steps"] + 1)), sorted(weights)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    grpo_config = {k: grpo[k] for k in BASE}
+    grpo_config.update(FIXED)
+    grpo_config["steps_per_generation_resolved"] = args.steps_per_generation
+    grpo_config["generation_batch_size_resolved"] = args.generation_batch_size
+    case_json = {
+        "name": name,
+        "description": spec["description"],
+        "num_processes": world,
+        "max_steps": grpo["max_steps"],
+        "trl_version": trl.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "accelerate_version": accelerate.__version__,
+        "lm_head": "trl-float32-kernel" if native_lm_head else "float64",
+        "prompts_file": "prompts.jsonl",
+        "eos_token_ids": list(trainer.eos_token_ids),
+        "pad_token_id": trainer._tokenizer.pad_token_id,
+        "grpo_config": grpo_config,
+        "rayless_overrides": rayless_overrides(grpo, rewards_spec),
+        "rewards": {
+            "functions": rewards_spec["functions"],
+            "reward_weights": grpo["reward_weights"],
+            **({"length_target": rewards_spec["length_target"], "length_unit": "tokens"}
+               if "length" in rewards_spec["functions"] else {}),
+            **({"format_pattern": rewards_spec["format_pattern"], "format_match": "search"}
+               if "format" in rewards_spec["functions"] else {}),
+        },
+        "dropped_metrics": ["step_time"],
+    }
+    write_json(out_dir / "case.json", case_json)
+
+    with open(out_dir / "rollouts.jsonl", "w") as f:
+        for r in all_records:
+            line = {k: r[k] for k in ("step", "rank", "prompt_ids", "prompts", "rows", "completion_ids", "shuffle",
+                                      "rewards_per_func", "advantages", "completions")}
+            f.write(json.dumps(line, sort_keys=False) + "\n")
+    with open(out_dir / "metrics.jsonl", "w") as f:
+        for e in log:
+            e.pop("step_time", None)
+            f.write(json.dumps(e) + "\n")
+
+    with h5py.File(out_dir / "weights.h5", "w", libver="earliest", track_order=False) as h5:
+        for step in sorted(weights):
+            grp = h5.create_group(f"step_{step}")
+            for pname in sorted(weights[step]):
+                grp.create_dataset(pname, data=weights[step][pname].astype(np.float64), track_times=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{name}: wrote {out_dir}", flush=True)
+
+
+class Float64LogProbs:
+    """Stand-in for TRL's chunked LM-head kernel (trl/kernels/chunked_logprob.py) computing the same
+    quantities in the dtype of the hidden states (float64 here) with plain autograd.
+
+    Same call signature as ChunkedLogProbFunction.apply. log p(target) = z_t - logZ, and the entropy
+    is logZ - sum_j e_j z_j / sum_j e_j with e_j = exp(z_j - max z), logZ = max z + log sum_j e_j: the
+    formulas of the TRL kernel, without its float32 accumulators."""
+
+    @staticmethod
+    def apply(hidden, weight, bias, targets, temperature, chunk_size, final_logit_softcapping, logit_scale, outputs):
+        import torch
+
+        unsupported = set(outputs) - {"log_probs", "entropy"}
+        assert not unsupported, unsupported
+        z = hidden @ weight.t()
+        if bias is not None:
+            z = z + bias
+        z = z * logit_scale
+        if final_logit_softcapping is not None:
+            z = final_logit_softcapping * torch.tanh(z / final_logit_softcapping)
+        z = z * (1 / temperature)
+        m = z.max(dim=-1, keepdim=True).values.detach()
+        e = torch.exp(z - m)
+        s = e.sum(dim=-1)
+        log_z = m.squeeze(-1) + torch.log(s)
+        log_probs = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+        entropy = log_z - (e * z).sum(dim=-1) / s if "entropy" in outputs else None
+        return log_probs, entropy, None, None, None
+
+
+def write_json(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Orchestration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(name: str, out: Path, model_dir: Path, native_lm_head: bool) -> None:
+    spec = CASES[name]
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", TRL_EXPERIMENTAL_SILENCE="1",
+               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", HF_DATASETS_DISABLE_PROGRESS_BARS="1",
+               ACCELERATE_MIXED_PRECISION="no")
+    worker = [str(Path(__file__).resolve()), "--worker", name, "--out", str(out), "--model", str(model_dir)]
+    if native_lm_head:
+        worker.append("--native-lm-head")
+    if spec["num_processes"] == 1:
+        cmd = [sys.executable] + worker
+    else:
+        # accelerate launch --cpu only runs several processes through mpirun; torchrun sets the same environment
+        # (RANK, WORLD_SIZE, MASTER_ADDR...) that accelerate reads, and accelerate picks gloo on CPU
+        env["ACCELERATE_USE_CPU"] = "true"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
+               str(spec["num_processes"]), "--master_addr", "127.0.0.1", "--master_port", str(free_port())] + worker
+    print(f"== {name}: {spec['description']}", flush=True)
+    subprocess.run(cmd, env=env, check=True, cwd=str(REPO))
+
+
+def write_readme_data(out: Path) -> None:
+    with open(out / "prompts.jsonl", "w") as f:
+        for i, p in enumerate(PROMPTS):
+            f.write(json.dumps({"prompt": p, "id": i}) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="fixture root (default tests/data/trl-steps)")
+    parser.add_argument("--model", type=Path, default=None, help="model directory (default OUT/model)")
+    parser.add_argument("--case", action="append", default=[], help="run only this case (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--native-lm-head", action="store_true",
+                        help="keep TRL's float32 LM-head kernel (default: the same math in float64)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    a = parser.parse_args()
+    if a.list:
+        for name, spec in CASES.items():
+            print(f"{name:24s} {spec['num_processes']}p  {spec['description']}")
+        return
+    model_dir = (a.model or a.out / "model").resolve()
+    if a.worker:
+        run_case(a.worker, a.out / a.worker, model_dir, a.native_lm_head)
+        return
+    assert (model_dir / "config.json").exists(), f"no model in {model_dir} (see the docstring: rayless init-model)"
+    names = a.case or list(CASES)
+    for n in names:
+        if n not in CASES:
+            sys.exit(f"unknown case {n!r}; --list shows them")
+    a.out.mkdir(parents=True, exist_ok=True)
+    write_readme_data(a.out)
+    for n in names:
+        if (a.out / n).exists():
+            shutil.rmtree(a.out / n)
+        launch(n, a.out.resolve(), model_dir, a.native_lm_head)
+
+
+if __name__ == "__main__":
+    main()
