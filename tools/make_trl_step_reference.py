@@ -54,6 +54,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "data" / "trl-steps"
 EOS_ID = 258
+BOS_ID = 257  # <|bos|> of the byte tokenizer
+BOS_TOKENIZER_FILE = "tokenizer-bos.json"  # written into the fixture root for the cases that use it
 FORMAT_PATTERN = "[aeiou][aeiou]"
 # characters the injected completions are made of: decode identically in Python and C++ and are
 # untouched by transformers' clean_up_tokenization (no punctuation, no apostrophes)
@@ -157,11 +159,13 @@ LENGTH = {"functions": ["length"], "length_target": 5}
 CASES: dict[str, dict] = {}
 
 
-def case(name, description, rewards=LENGTH, num_processes=1, **grpo):
+def case(name, description, rewards=LENGTH, num_processes=1, tokenizer_file=None, **grpo):
     assert name not in CASES, name
     unknown = set(grpo) - set(BASE)
     assert not unknown, f"{name}: unknown settings {unknown}"
-    CASES[name] = dict(description=description, rewards=rewards, num_processes=num_processes, grpo=grpo)
+    assert tokenizer_file in (None, BOS_TOKENIZER_FILE), tokenizer_file
+    CASES[name] = dict(description=description, rewards=rewards, num_processes=num_processes, grpo=grpo,
+                       tokenizer_file=tokenizer_file)
 
 
 # 1. every loss type, mu = 1, one process
@@ -233,6 +237,10 @@ case("dp2_entropy_mu2", "2 processes, top_entropy_quantile 0.2 (threshold over b
 case("dp2_split_groups", "2 processes, per_device 3, steps_per_generation 2, GA 2: 6 rows per process, so the "
      "second group of 4 is split across the processes", num_processes=2, per_device_train_batch_size=3,
      gradient_accumulation_steps=2, steps_per_generation=2, max_steps=3)
+# 11. a tokenizer whose post-processor adds BOS to a plain-text prompt (TRL: processing_class(text=prompts))
+case("bos_prompts", "dapo, mu=1, 1 process, with tokenizer-bos.json as the processing class: the model's byte "
+     "tokenizer plus a TemplateProcessing post-processor that prepends <|bos|> (257) to every prompt",
+     tokenizer_file=BOS_TOKENIZER_FILE, loss_type="dapo")
 
 # ---------------------------------------------------------------------------------------------------
 # Rewards: Python versions of rayless's built-ins (src/rollout/rewards.cpp). The function names are the
@@ -263,8 +271,9 @@ def make_rewards(spec):
     return funcs
 
 
-def rayless_overrides(grpo: dict, rewards: dict) -> list[str]:
-    """`--set` strings giving rayless the settings of the TRL run."""
+def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = None) -> list[str]:
+    """`--set` strings giving rayless the settings of the TRL run. A case with its own tokenizer file has no
+    tokenizer.path here: the replay sets it to the absolute path of case.json's tokenizer_file."""
 
     def toml(v):
         if isinstance(v, bool):
@@ -326,12 +335,52 @@ def rayless_overrides(grpo: dict, rewards: dict) -> list[str]:
         "train.gradient_checkpointing": False,
         "log.logging_steps": 1,
     }
+    if tokenizer_file is not None:
+        del out["tokenizer.path"]
     if "length" in rewards["functions"]:
         out["reward.length_target"] = int(rewards["length_target"])
         out["reward.length_unit"] = "tokens"
     if "format" in rewards["functions"]:
         out["reward.format_pattern"] = rewards["format_pattern"]
     return [f"{k}={toml(v)}" for k, v in out.items()]
+
+
+# ---------------------------------------------------------------------------------------------------
+# tokenizer-bos.json: the model's tokenizer.json with a post-processor that prepends <|bos|>
+
+
+def bos_tokenizer_json(model_dir: Path) -> str:
+    """The model's tokenizer.json (loaded and written back by the `tokenizers` library, which reproduces it
+    byte for byte) with post_processor = TemplateProcessing("<|bos|> $A", pair "<|bos|> $A <|bos|> $B")."""
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    assert tok.to_str(pretty=True) == (model_dir / "tokenizer.json").read_text(), "tokenizer.json does not round-trip"
+    assert tok.token_to_id("<|bos|>") == BOS_ID, tok.token_to_id("<|bos|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", BOS_ID)])
+    text = tok.to_str(pretty=True)
+    assert Tokenizer.from_str(text).encode("abc").ids == [BOS_ID, 97, 98, 99]
+    return text
+
+
+def write_bos_tokenizer(out: Path, model_dir: Path) -> None:
+    (out / BOS_TOKENIZER_FILE).write_text(bos_tokenizer_json(model_dir))
+
+
+def load_processing_class(tokenizer_file: Path, model_dir: Path):
+    """What TRL gets as processing_class for a case with its own tokenizer file: a PreTrainedTokenizerFast on
+    that file with the pad and EOS tokens of the model's tokenizer_config.json, bos_token <|bos|>, and the
+    sides TRL's own AutoProcessor.from_pretrained call uses (padding and truncation on the left)."""
+    from transformers import PreTrainedTokenizerFast
+
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), eos_token=config["eos_token"],
+                                  pad_token=config["pad_token"], bos_token="<|bos|>", padding_side="left",
+                                  truncation_side="left")
+    assert tok(text=["abc"])["input_ids"] == [[BOS_ID, 97, 98, 99]], tok(text=["abc"])["input_ids"]
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (BOS_ID, EOS_ID, 256)
+    return tok
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -420,6 +469,11 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         assert len(ids) == 1, (c, ids)
         char_ids[c] = ids[0]
     assert tokenizer.eos_token_id == EOS_ID, tokenizer.eos_token_id
+    processing_class = None  # TRL loads the model's own tokenizer (AutoProcessor.from_pretrained)
+    if spec["tokenizer_file"]:
+        tokenizer_path = out_dir.parent / spec["tokenizer_file"]
+        assert tokenizer_path.read_text() == bos_tokenizer_json(model_dir), f"{tokenizer_path} is stale"
+        processing_class = load_processing_class(tokenizer_path, model_dir)
 
     records = []  # one per generation on this process
     state = {"generation": 0, "current": None}
@@ -434,6 +488,8 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         completion_ids = all_rows[rank * n:(rank + 1) * n]
         state["current"] = {"step": g, "rank": rank, "prompt_ids": [list(map(int, p)) for p in prompt_ids],
                             "completion_ids": [list(c) for c in completion_ids]}
+        if spec["tokenizer_file"]:  # the post-processor's BOS, then the prompt's bytes
+            assert all(p[:1] == [BOS_ID] and BOS_ID not in p[1:] for p in state["current"]["prompt_ids"])
         return [list(c) for c in completion_ids], None
 
     assert original_single_turn is not None
@@ -509,10 +565,12 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=dataset,
-        processing_class=None,
+        processing_class=processing_class,
         callbacks=[CaptureWeights()],
     )
     assert trainer.model.dtype == torch.float64
+    if processing_class is not None:
+        assert trainer.processing_class is processing_class
     assert EOS_ID in trainer.eos_token_ids, trainer.eos_token_ids  # [258, 260]: tokenizer + generation_config.json
     trainer.train()
 
@@ -546,10 +604,11 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         "accelerate_version": accelerate.__version__,
         "lm_head": "trl-float32-kernel" if native_lm_head else "float64",
         "prompts_file": "prompts.jsonl",
+        **({"tokenizer_file": spec["tokenizer_file"]} if spec["tokenizer_file"] else {}),
         "eos_token_ids": list(trainer.eos_token_ids),
         "pad_token_id": trainer._tokenizer.pad_token_id,
         "grpo_config": grpo_config,
-        "rayless_overrides": rayless_overrides(grpo, rewards_spec),
+        "rayless_overrides": rayless_overrides(grpo, rewards_spec, spec["tokenizer_file"]),
         "rewards": {
             "functions": rewards_spec["functions"],
             "reward_weights": grpo["reward_weights"],
@@ -678,6 +737,8 @@ def main() -> None:
             sys.exit(f"unknown case {n!r}; --list shows them")
     a.out.mkdir(parents=True, exist_ok=True)
     write_readme_data(a.out)
+    if any(CASES[n]["tokenizer_file"] == BOS_TOKENIZER_FILE for n in names):
+        write_bos_tokenizer(a.out, model_dir)
     for n in names:
         if (a.out / n).exists():
             shutil.rmtree(a.out / n)

@@ -56,7 +56,7 @@ TEST_CASE("config: TOML values land in the typed struct and overrides win") {
   CHECK(c.grpo.loss_type == "grpo");
   REQUIRE(c.generation.stop_strings.size() == 1);
   CHECK(c.generation.stop_strings[0] == "\n\n");
-  CHECK(c.checkpoint.save_steps == 0);  // default untouched
+  CHECK(c.checkpoint.save_steps == 500);  // default untouched (transformers' save_steps)
 }
 
 TEST_CASE("config: a misspelt key names file, line and the closest key") {

@@ -10,14 +10,16 @@ using namespace rayless;
 namespace {
 const double kNaN = std::nan("");
 
-// The group z-score of a few numbers, written out by hand (Bessel-corrected std).
+// The group z-score of a few numbers, written out by hand: Bessel-corrected std as TRL's nanstd
+// computes it, mean of squares times count / (count - 1), that factor being a float32 tensor.
 std::vector<double> zscore(const std::vector<double>& x) {
   double mean = 0;
   for (double v : x) mean += v;
   mean /= x.size();
   double squares = 0;
   for (double v : x) squares += (v - mean) * (v - mean);
-  const double std = std::sqrt(squares / (x.size() - 1));
+  const double n = static_cast<double>(x.size());
+  const double std = std::sqrt(squares / n * static_cast<double>(static_cast<float>(n / (n - 1))));
   std::vector<double> out;
   for (double v : x) out.push_back((v - mean) / (std + 1e-4));
   return out;

@@ -80,6 +80,9 @@ def run_rayless(args, case_dir, case, work):
         "checkpoint.save_steps=1", "checkpoint.keep_last=1000", "log.console=false",
         "distributed.threads_per_rank=1", "distributed.collective_timeout_s=120",
     ]
+    if case.get("tokenizer_file"):  # the case's own tokenizer.json, relative to the fixture root
+        settings.insert(settings.index('tokenizer.path=""') + 1,
+                        f'tokenizer.path="{os.path.join(base, case["tokenizer_file"])}"')
     # the case's own settings, less the paths this script resolves itself
     own = ("model.path=", "data.path=", "train.replay_rollouts=", "train.output_dir=")
     settings += [s for s in case["rayless_overrides"] if not s.startswith(own)] + list(args.set or [])
