@@ -7,7 +7,9 @@ single-turn generation method is replaced by one that returns completions drawn 
 (per case and generation), so everything after generation (decoding, rewards, advantages, old/ref
 log-probs, shuffling, losses, optimizer) is TRL's own code. The rewards are Python versions of
 rayless's built-in `length` and `format` rewards. What each case writes (case.json, rollouts.jsonl,
-metrics.jsonl, weights.h5) is described in tests/data/trl-steps/README.md.
+metrics.jsonl, weights.h5) is described in tests/data/trl-steps/README.md. A case may name its own
+tokenizer (`tokenizer_file`): bos_prompts uses tokenizer-bos.json, the model's tokenizer.json plus a
+post-processor that prepends <|bos|>, which the script writes into the fixture root when it runs that case.
 
 Regenerate everything (from the repository root):
 
