@@ -105,6 +105,7 @@ BASE = dict(
     max_grad_norm=1.0,
     num_iterations=1,
     beta=0.0,
+    use_bias_correction_kl=False,  # TRL 1.16 defaults to True; only beta_bias_corrected_kl turns it on
     epsilon=0.2,
     epsilon_high=None,
     delta=None,
@@ -150,7 +151,6 @@ FIXED = dict(
     entropy_coef=0.0,
     use_adaptive_entropy=False,
     off_policy_mask_threshold=None,
-    use_bias_correction_kl=False,
     vllm_importance_sampling_correction=False,
     include_num_input_tokens_seen="no",
     pad_to_multiple_of=None,
@@ -202,6 +202,10 @@ case("beta_sync_ref", "beta 0.04, sync_ref_model every step with alpha 0.6, dapo
 case("beta_mu2", "beta 0.04 (no sync), grpo loss, num_iterations 2, steps_per_generation 2, GA 2",
      beta=0.04, loss_type="grpo", per_device_train_batch_size=4, gradient_accumulation_steps=2,
      steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=5e-2)
+case("beta_bias_corrected_kl", "as beta_mu2 with use_bias_correction_kl (per-token KL times the importance ratio "
+     "coef_1, TRL 1.16's default): beta 0.04, grpo loss, num_iterations 2, steps_per_generation 2, GA 2",
+     beta=0.04, use_bias_correction_kl=True, loss_type="grpo", per_device_train_batch_size=4,
+     gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, max_steps=2, learning_rate=5e-2)
 # 4. high-entropy token mask
 case("top_entropy_q02", "top_entropy_quantile 0.2, dapo, mu=1", top_entropy_quantile=0.2)
 # 5. truncated completions left out of the loss
@@ -307,6 +311,7 @@ def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = No
         "grpo.num_iterations": g["num_iterations"],
         "grpo.steps_per_generation": g["steps_per_generation"] or 0,
         "grpo.beta": float(g["beta"]),
+        "grpo.use_bias_correction_kl": g["use_bias_correction_kl"],
         "grpo.epsilon": float(g["epsilon"]),
         "grpo.epsilon_high": float(g["epsilon_high"] or 0.0),
         "grpo.delta": float(g["delta"] or 0.0),

@@ -81,6 +81,7 @@ struct GrpoConfig {
   double top_entropy_quantile = 1.0;                // < 1: train only the highest-entropy tokens
   std::string entropy_threshold_method = "gather";  // gather (padded gather) | select (histograms)
   bool mask_truncated_completions = false;
+  bool use_bias_correction_kl = true;               // KL term times the importance ratio (TRL's default)
   double sapo_temperature_pos = 1.0;
   double sapo_temperature_neg = 1.05;
   bool sync_ref_model = false;

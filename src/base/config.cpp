@@ -287,6 +287,7 @@ std::vector<ConfigField> build_fields() {
   f.push_back(string_field("grpo.importance_sampling_level", REF(grpo.importance_sampling_level), {"token", "sequence"}, "token ratios, or one ratio per sequence (GSPO)"));
   f.push_back(float_field("grpo.top_entropy_quantile", REF(grpo.top_entropy_quantile), 0.0, 1.0, "train only tokens whose entropy is in this top fraction, over all ranks (1 = all)"));
   f.push_back(string_field("grpo.entropy_threshold_method", REF(grpo.entropy_threshold_method), {"gather", "select"}, "global entropy threshold by padded gather or by distributed selection"));
+  f.push_back(bool_field("grpo.use_bias_correction_kl", REF(grpo.use_bias_correction_kl), "multiply the KL term by the importance ratio (TRL's default; needs beta > 0 to matter)"));
   f.push_back(bool_field("grpo.mask_truncated_completions", REF(grpo.mask_truncated_completions), "leave completions that hit max_completion_length out of the loss"));
   f.push_back(float_field("grpo.sapo_temperature_pos", REF(grpo.sapo_temperature_pos), 1e-6, kInf, "sapo: temperature for positive advantages"));
   f.push_back(float_field("grpo.sapo_temperature_neg", REF(grpo.sapo_temperature_neg), 1e-6, kInf, "sapo: temperature for negative advantages"));

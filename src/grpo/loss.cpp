@@ -41,6 +41,7 @@ LossSettings loss_settings_from_config(const Config& config, int64_t num_process
   s.epsilon_high = config.effective_epsilon_high();
   if (config.grpo.delta > 0) s.delta = config.grpo.delta;
   s.beta = config.grpo.beta;
+  s.use_bias_correction_kl = config.grpo.use_bias_correction_kl;
   s.max_completion_length = config.generation.max_completion_length;
   s.gradient_accumulation_steps = config.train.gradient_accumulation_steps;
   s.steps_per_generation = config.effective_steps_per_generation(num_processes);
@@ -94,6 +95,8 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   if (s.beta != 0.0) {
     auto ref_minus = in.ref_per_token_logps.to(dtype) - logps;
     per_token_kl = torch::exp(ref_minus) - ref_minus - 1;  // k3 estimator
+    // importance-sampling correction of the KL: the ratio before any delta cap, as TRL applies it
+    if (s.use_bias_correction_kl) per_token_kl = per_token_kl * coef_1;
   }
 
   torch::Tensor per_token_loss;

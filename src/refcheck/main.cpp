@@ -233,6 +233,9 @@ CaseResult check_loss(const CaseFile& file) {
   settings.epsilon_low = file.number("epsilon_low");
   settings.epsilon_high = file.number("epsilon_high");
   settings.beta = file.number("beta");
+  // TRL added use_bias_correction_kl (default on) after the first cases were written: absent = off
+  settings.use_bias_correction_kl =
+      file.has_attribute("use_bias_correction_kl") && file.number("use_bias_correction_kl") != 0.0;
   auto delta = file.string_attribute("delta");
   if (!delta || *delta != "none") settings.delta = file.number("delta");
   settings.max_completion_length = static_cast<int64_t>(file.number("max_completion_length"));

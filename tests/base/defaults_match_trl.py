@@ -33,6 +33,7 @@ SHARED = {
     "grpo.importance_sampling_level": ("importance_sampling_level", None),
     "grpo.top_entropy_quantile": ("top_entropy_quantile", None),
     "grpo.mask_truncated_completions": ("mask_truncated_completions", None),
+    "grpo.use_bias_correction_kl": ("use_bias_correction_kl", None),
     "grpo.sapo_temperature_pos": ("sapo_temperature_pos", None),
     "grpo.sapo_temperature_neg": ("sapo_temperature_neg", None),
     "grpo.sync_ref_model": ("sync_ref_model", None),

@@ -17,7 +17,7 @@ KEYS = [
     "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
     "beta", "num_iterations", "epsilon", "epsilon_high", "delta", "loss_type", "scale_rewards",
     "multi_objective_aggregation", "importance_sampling_level", "top_entropy_quantile",
-    "mask_truncated_completions", "sapo_temperature_pos", "sapo_temperature_neg", "sync_ref_model",
+    "mask_truncated_completions", "use_bias_correction_kl", "sapo_temperature_pos", "sapo_temperature_neg", "sync_ref_model",
     "ref_model_mixup_alpha", "ref_model_sync_steps", "reward_weights", "shuffle_dataset",
     "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
     "lr_scheduler_type", "warmup_steps", "warmup_ratio", "seed", "per_device_train_batch_size",

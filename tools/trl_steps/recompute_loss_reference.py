@@ -28,8 +28,8 @@ of the two; for the entropy mask the fraction of differing entries). With --writ
 cases that differ by more than --tol (1e-9): the inputs and all root attributes are kept as they are,
 `expected` is replaced, and the root attribute recomputed_with = "trl <version>" is added.
 
-    /work/trlvenv/bin/python tools/trl_steps/recompute_loss_reference.py tests/data/trl-reference
-    /work/trlvenv/bin/python tools/trl_steps/recompute_loss_reference.py tests/data/trl-reference --write
+    .venv-trl/bin/python tools/trl_steps/recompute_loss_reference.py tests/data/trl-reference
+    .venv-trl/bin/python tools/trl_steps/recompute_loss_reference.py tests/data/trl-reference --write
 
 Exit status: 0 when no case differs beyond --tol (or after --write), 1 otherwise.
 """

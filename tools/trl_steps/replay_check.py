@@ -144,6 +144,7 @@ def replay(case_dir: Path, tol: float, metric_tol: float) -> list[str]:
     eps_low = cfg["epsilon"]
     eps_high = cfg["epsilon_high"] if cfg["epsilon_high"] is not None else cfg["epsilon"]
     delta, beta, q = cfg["delta"], cfg["beta"], cfg["top_entropy_quantile"]
+    bias_corrected_kl = cfg["use_bias_correction_kl"]
     rw = case["rewards"]
     weights32 = torch.tensor(cfg["reward_weights"] or [1.0] * len(rw["functions"]), dtype=torch.float32)
     eos = set(case["eos_token_ids"]) | {case["pad_token_id"]}
@@ -268,6 +269,8 @@ def replay(case_dir: Path, tol: float, metric_tol: float) -> list[str]:
             if beta != 0:
                 ref_lp = d["ref"][sl]
                 kl = torch.exp(ref_lp - lp) - (ref_lp - lp) - 1
+                if bias_corrected_kl:  # times the ratio before the delta cap, gradient included; logged as kl too
+                    kl = kl * coef_1
             if loss_type == "cispo":
                 ptl = -torch.clamp(coef_1, max=eps_high).detach() * A * lp
             elif loss_type == "sapo":

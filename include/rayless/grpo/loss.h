@@ -30,6 +30,7 @@ struct LossSettings {
   double epsilon_high = 0.2;                        // above at 1 + epsilon_high; cispo: ratio capped at epsilon_high
   std::optional<double> delta;                      // upper cap on the unclipped ratio (two-sided clipping)
   double beta = 0.0;                                // k3 KL coefficient; needs ref_per_token_logps when != 0
+  bool use_bias_correction_kl = true;               // KL times the importance ratio (TRL's default)
   int64_t max_completion_length = 0;                // dr_grpo's normaliser
   int64_t gradient_accumulation_steps = 1;          // grpo/bnpo/dr_grpo/sapo/luspo divide by it
   int64_t steps_per_generation = 0;                 // dapo/cispo: x accumulation / steps_per_generation; 0 = accumulation
