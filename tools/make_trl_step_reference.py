@@ -22,7 +22,7 @@ Check them without TRL: ... tools/trl_steps/replay_check.py
 
 The model directory tests/data/trl-steps/model is made once by rayless itself and committed:
 
-    build/rayless init-model --config-json tools/trl_steps/model_config.json \\
+    build/rayless-bench init-model --config-json tools/trl_steps/model_config.json \\
         --out tests/data/trl-steps/model --seed 7 --tokenizer byte
 
 Pinned versions: trl 1.16.0, transformers 5.24.0, torch 2.13.0 (CPU), accelerate 1.15.0, h5py.
@@ -737,7 +737,7 @@ def main() -> None:
     if a.worker:
         run_case(a.worker, a.out / a.worker, model_dir, a.native_lm_head)
         return
-    assert (model_dir / "config.json").exists(), f"no model in {model_dir} (see the docstring: rayless init-model)"
+    assert (model_dir / "config.json").exists(), f"no model in {model_dir} (see the docstring: rayless-bench init-model)"
     names = a.case or list(CASES)
     for n in names:
         if n not in CASES:

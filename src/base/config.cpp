@@ -1,16 +1,17 @@
-#include "rayless/config.h"
+#include "rayless/base/config.h"
 
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
 
-#include "rayless/error.h"
-#include "rayless/hash.h"
+#include "rayless/base/error.h"
+#include "rayless/base/hash.h"
 
 namespace rayless {
 namespace {
@@ -82,11 +83,16 @@ std::string number_list_literal(const std::vector<T>& items) {
   return out.str();
 }
 
+// The shortest text that reads back as the same double (0.2, not 0.20000000000000001).
 std::string float_literal(double v) {
-  std::ostringstream out;
-  out.precision(17);
-  out << v;
-  std::string s = out.str();
+  std::string s;
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::ostringstream out;
+    out.precision(precision);
+    out << v;
+    s = out.str();
+    if (std::strtod(s.c_str(), nullptr) == v) break;
+  }
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
 }
@@ -155,6 +161,25 @@ ConfigField string_field(std::string name, StringRef ref, std::vector<std::strin
   return f;
 }
 
+// A choice key: the TOML text parsed once into the enum E (names from choice_names<E>()).
+template <typename E>
+ConfigField choice_field(std::string name, std::function<E&(Config&)> ref, std::string doc) {
+  const std::string allowed = choice_list<E>();
+  ConfigField f{name, "string", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    auto v = n.value_exact<std::string>();
+    if (!v) bad_value(where, name, n, "one of " + allowed);
+    for (const auto& [value, text] : choice_names<E>())
+      if (text == *v) {
+        ref(c) = value;
+        return;
+      }
+    bad_value(where, name, n, "one of " + allowed);
+  };
+  f.show = [=](const Config& c) { return toml_quote(choice_name(const_view(ref)(c))); };
+  return f;
+}
+
 template <typename T, typename Read>
 std::vector<T> read_list(const toml::node& n, const std::string& where, const std::string& name,
                          const std::string& expected, Read read_one) {
@@ -213,16 +238,15 @@ ConfigField float_list_field(std::string name, FloatListRef ref, std::string doc
 
 // grpo.scale_rewards: group | batch | none, or TRL's booleans (true = group, false = none).
 ConfigField scale_rewards_field() {
-  ConfigField f = string_field("grpo.scale_rewards", [](Config& c) -> std::string& { return c.grpo.scale_rewards; },
-                               {"group", "batch", "none"},
-                               "divide advantages by the group std, the batch std, or not at all (true = group, false = none, as TRL)");
-  auto set_string = f.set;
-  f.set = [set_string](Config& c, const toml::node& n, const std::string& where) {
+  ConfigField f = choice_field<ScaleRewards>("grpo.scale_rewards", [](Config& c) -> ScaleRewards& { return c.grpo.scale_rewards; },
+                                             "divide advantages by the group std, the batch std, or not at all (true = group, false = none, as TRL)");
+  auto set_choice = f.set;
+  f.set = [set_choice](Config& c, const toml::node& n, const std::string& where) {
     if (auto b = n.value_exact<bool>()) {
-      c.grpo.scale_rewards = *b ? "group" : "none";
+      c.grpo.scale_rewards = *b ? ScaleRewards::Group : ScaleRewards::None;
       return;
     }
-    set_string(c, n, where);
+    set_choice(c, n, where);
   };
   return f;
 }
@@ -232,12 +256,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 #define REF(member) [](Config& c) -> decltype(auto) { return (c.member); }
 
-std::vector<ConfigField> build_fields() {
-  std::vector<ConfigField> f;
+void add_model_and_data_fields(std::vector<ConfigField>& f) {
   // [model]
   f.push_back(string_field("model.path", REF(model.path), {}, "Hugging Face model directory: config.json and, if present, *.safetensors"));
-  f.push_back(string_field("model.dtype", REF(model.dtype), {"float32", "bfloat16", "float16", "float64"}, "parameter dtype (float16 on GPU only; float64 for reference checks against TRL)"));
-  f.push_back(string_field("model.device", REF(model.device), {"auto", "cpu", "cuda"}, "auto = CUDA device of the local rank when available, else CPU"));
+  f.push_back(choice_field<ModelDtype>("model.dtype", REF(model.dtype), "parameter dtype (float16 on GPU only; float64 for reference checks against TRL)"));
+  f.push_back(choice_field<DeviceChoice>("model.device", REF(model.device), "auto = CUDA device of the local rank when available, else CPU"));
   f.push_back(int_field("model.init_seed", REF(model.init_seed), 0, kNoMax, "seed of the random initialisation when the directory holds no weights"));
   // [tokenizer]
   f.push_back(string_field("tokenizer.path", REF(tokenizer.path), {}, "tokenizer.json; empty = the model directory's; \"byte\" = the byte-level tokenizer"));
@@ -250,7 +273,10 @@ std::vector<ConfigField> build_fields() {
   f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));
   f.push_back(bool_field("data.skip_invalid", REF(data.skip_invalid), "skip and count bad lines instead of stopping with an error"));
   f.push_back(int_field("data.max_prompt_length", REF(data.max_prompt_length), 1, kNoMax, "longest prompt in tokens"));
-  f.push_back(string_field("data.truncation", REF(data.truncation), {"error", "left"}, "what to do with a longer prompt: error, or keep its last max_prompt_length tokens"));
+  f.push_back(choice_field<PromptTruncation>("data.truncation", REF(data.truncation), "what to do with a longer prompt: error, or keep its last max_prompt_length tokens"));
+}
+
+void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
   // [generation]
   f.push_back(int_field("generation.max_completion_length", REF(generation.max_completion_length), 1, kNoMax, "most tokens generated per completion"));
   f.push_back(float_field("generation.temperature", REF(generation.temperature), 0.0, kInf, "sampling temperature (0 = greedy)"));
@@ -264,14 +290,17 @@ std::vector<ConfigField> build_fields() {
   f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: length, format, answer, repetition, worker"));
   f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));
   f.push_back(int_field("reward.length_target", REF(reward.length_target), 0, kNoMax, "length reward: -|length_target - len(completion)|"));
-  f.push_back(string_field("reward.length_unit", REF(reward.length_unit), {"tokens", "chars"}, "what the length reward counts"));
+  f.push_back(choice_field<LengthUnit>("reward.length_unit", REF(reward.length_unit), "what the length reward counts"));
   f.push_back(string_field("reward.format_pattern", REF(reward.format_pattern), {}, "format reward: 1 when the completion matches this regex, else 0"));
   f.push_back(string_field("reward.answer_field", REF(reward.answer_field), {}, "answer reward: dataset field holding the expected answer"));
-  f.push_back(string_field("reward.answer_mode", REF(reward.answer_mode), {"exact", "numeric"}, "answer reward: exact string or numeric comparison"));
+  f.push_back(choice_field<AnswerMode>("reward.answer_mode", REF(reward.answer_mode), "answer reward: exact string or numeric comparison"));
   f.push_back(int_field("reward.repetition_ngram", REF(reward.repetition_ngram), 1, kNoMax, "repetition penalty: n-gram size"));
   f.push_back(string_field("reward.worker_command", REF(reward.worker_command), {}, "worker reward: command that reads JSON lines on stdin and answers {\"reward\": x}"));
   f.push_back(float_field("reward.worker_timeout_s", REF(reward.worker_timeout_s), 0.001, kInf, "seconds a worker may take per request"));
   f.push_back(int_field("reward.worker_batch_size", REF(reward.worker_batch_size), 0, kNoMax, "0 = one line per completion; N = batched requests of N"));
+}
+
+void add_grpo_fields(std::vector<ConfigField>& f) {
   // [grpo]
   f.push_back(int_field("grpo.num_generations", REF(grpo.num_generations), 1, kNoMax, "completions sampled per prompt (the group size G)"));
   f.push_back(int_field("grpo.num_iterations", REF(grpo.num_iterations), 1, kNoMax, "mu: optimisation passes over each generation"));
@@ -281,12 +310,12 @@ std::vector<ConfigField> build_fields() {
   f.push_back(float_field("grpo.epsilon", REF(grpo.epsilon), 0.0, kInf, "lower clip: ratio >= 1 - epsilon"));
   f.push_back(float_field("grpo.epsilon_high", REF(grpo.epsilon_high), 0.0, kInf, "upper clip: ratio <= 1 + epsilon_high; 0 = epsilon"));
   f.push_back(float_field("grpo.delta", REF(grpo.delta), 0.0, kInf, "upper cap on the ratio in the unclipped term (two-sided clipping); 0 = off"));
-  f.push_back(string_field("grpo.loss_type", REF(grpo.loss_type), {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"}, "loss normalisation and objective"));
+  f.push_back(choice_field<LossType>("grpo.loss_type", REF(grpo.loss_type), "loss normalisation and objective"));
   f.push_back(scale_rewards_field());
-  f.push_back(string_field("grpo.multi_objective_aggregation", REF(grpo.multi_objective_aggregation), {"sum_then_normalize", "normalize_then_sum"}, "how several reward functions combine"));
-  f.push_back(string_field("grpo.importance_sampling_level", REF(grpo.importance_sampling_level), {"token", "sequence"}, "token ratios, or one ratio per sequence (GSPO)"));
+  f.push_back(choice_field<RewardAggregation>("grpo.multi_objective_aggregation", REF(grpo.multi_objective_aggregation), "how several reward functions combine"));
+  f.push_back(choice_field<ImportanceSamplingLevel>("grpo.importance_sampling_level", REF(grpo.importance_sampling_level), "token ratios, or one ratio per sequence (GSPO)"));
   f.push_back(float_field("grpo.top_entropy_quantile", REF(grpo.top_entropy_quantile), 0.0, 1.0, "train only tokens whose entropy is in this top fraction, over all ranks (1 = all)"));
-  f.push_back(string_field("grpo.entropy_threshold_method", REF(grpo.entropy_threshold_method), {"gather", "select"}, "global entropy threshold by padded gather or by distributed selection"));
+  f.push_back(choice_field<EntropyThresholdMethod>("grpo.entropy_threshold_method", REF(grpo.entropy_threshold_method), "global entropy threshold by padded gather or by distributed selection"));
   f.push_back(bool_field("grpo.use_bias_correction_kl", REF(grpo.use_bias_correction_kl), "multiply the KL term by the importance ratio (TRL's default; needs beta > 0 to matter)"));
   f.push_back(bool_field("grpo.mask_truncated_completions", REF(grpo.mask_truncated_completions), "leave completions that hit max_completion_length out of the loss"));
   f.push_back(float_field("grpo.sapo_temperature_pos", REF(grpo.sapo_temperature_pos), 1e-6, kInf, "sapo: temperature for positive advantages"));
@@ -295,6 +324,9 @@ std::vector<ConfigField> build_fields() {
   f.push_back(float_field("grpo.ref_model_mixup_alpha", REF(grpo.ref_model_mixup_alpha), 0.0, 1.0, "ref = alpha * policy + (1 - alpha) * ref at each sync"));
   f.push_back(int_field("grpo.ref_model_sync_steps", REF(grpo.ref_model_sync_steps), 1, kNoMax, "optimizer steps between reference syncs"));
   f.push_back(int_field("grpo.logprob_chunk_size", REF(grpo.logprob_chunk_size), 1, kNoMax, "positions per LM-head chunk in the fused log-prob path"));
+}
+
+void add_training_fields(std::vector<ConfigField>& f) {
   // [optim]
   f.push_back(float_field("optim.learning_rate", REF(optim.learning_rate), 0.0, kInf, "AdamW peak learning rate"));
   f.push_back(float_field("optim.adam_beta1", REF(optim.adam_beta1), 0.0, 0.999999, "AdamW beta1"));
@@ -302,7 +334,7 @@ std::vector<ConfigField> build_fields() {
   f.push_back(float_field("optim.adam_epsilon", REF(optim.adam_epsilon), 0.0, 1.0, "AdamW epsilon"));
   f.push_back(float_field("optim.weight_decay", REF(optim.weight_decay), 0.0, kInf, "AdamW decoupled weight decay"));
   f.push_back(float_field("optim.max_grad_norm", REF(optim.max_grad_norm), 0.0, kInf, "clip the global gradient norm to this (0 = off)"));
-  f.push_back(string_field("optim.lr_scheduler_type", REF(optim.lr_scheduler_type), {"constant", "linear", "cosine"}, "learning-rate schedule after warmup"));
+  f.push_back(choice_field<LrSchedule>("optim.lr_scheduler_type", REF(optim.lr_scheduler_type), "learning-rate schedule after warmup"));
   f.push_back(int_field("optim.warmup_steps", REF(optim.warmup_steps), 0, kNoMax, "linear warmup steps (wins over warmup_ratio)"));
   f.push_back(float_field("optim.warmup_ratio", REF(optim.warmup_ratio), 0.0, 1.0, "warmup as a fraction of max_steps"));
   // [train]
@@ -322,12 +354,20 @@ std::vector<ConfigField> build_fields() {
   // [log]
   f.push_back(int_field("log.logging_steps", REF(log.logging_steps), 1, kNoMax, "console line every N steps (metrics.jsonl gets every step)"));
   f.push_back(bool_field("log.console", REF(log.console), "progress line on rank 0's console"));
-  f.push_back(string_field("log.level", REF(log.level), {"debug", "info", "warn"}, "log verbosity"));
+  f.push_back(choice_field<LogLevel>("log.level", REF(log.level), "log verbosity"));
   // [distributed]
   f.push_back(string_field("distributed.backend", REF(distributed.backend), {"auto", "mpi", "nccl"}, "collectives backend: auto = NCCL for CUDA tensors when built, else MPI"));
   f.push_back(float_field("distributed.collective_timeout_s", REF(distributed.collective_timeout_s), 0.001, kInf, "a collective taking longer aborts the job with what stalled"));
   f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = cores on the node / ranks on the node)"));
   f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 0, kNoMax, "gradient allreduce bucket size in MiB (0: 4 on MPI, 25 on NCCL)"));
+}
+
+std::vector<ConfigField> build_fields() {
+  std::vector<ConfigField> f;
+  add_model_and_data_fields(f);
+  add_generation_and_rewards_fields(f);
+  add_grpo_fields(f);
+  add_training_fields(f);
   return f;
 }
 #undef REF
@@ -445,37 +485,117 @@ void apply_override(Config& config, const std::string& assignment) {
   field->set(config, *parsed.get("v"), "--set: ");
 }
 
-void validate_config(const Config& c) {
-  const auto& g = c.grpo;
-  inputCheck(g.num_generations >= 2 || g.scale_rewards == "none",
-             "grpo.num_generations = ", g.num_generations,
-             " leaves every group with one completion, so every advantage is 0: use >= 2");
-  inputCheck(g.steps_per_generation == 0 || g.generation_batch_size == 0,
-             "grpo.generation_batch_size and grpo.steps_per_generation cannot both be set (TRL refuses it too): set one");
-  if (!c.reward.reward_weights.empty())
-    inputCheck(c.reward.reward_weights.size() == c.reward.functions.size(), "reward.reward_weights has ",
-               c.reward.reward_weights.size(), " weights for ", c.reward.functions.size(),
-               " reward.functions: give one weight per function");
-  inputCheck(!c.reward.functions.empty(), "reward.functions is empty: name at least one reward function");
-  static const std::set<std::string> known_rewards = {"length", "format", "answer", "repetition", "worker"};
-  for (const std::string& name : c.reward.functions)
-    inputCheck(known_rewards.count(name), "reward.functions: unknown reward function \"", name,
-               "\" (known: length, format, answer, repetition, worker)");
-  auto uses = [&](const char* name) {
-    return std::find(c.reward.functions.begin(), c.reward.functions.end(), name) != c.reward.functions.end();
+namespace {
+bool uses_reward(const Config& c, const char* name) {
+  return std::find(c.reward.functions.begin(), c.reward.functions.end(), name) != c.reward.functions.end();
+}
+}  // namespace
+
+const std::vector<std::string>& known_reward_functions() {
+  static const std::vector<std::string> names = {"length", "format", "answer", "repetition", "worker"};
+  return names;
+}
+
+// The one table of cross-field rules: validation runs it, `rayless config reference` prints it into
+// docs/config.md (a test checks both ways). A rule returns "" when the config keeps it, else the error.
+const std::vector<CrossFieldRule>& cross_field_rules() {
+  static const std::vector<CrossFieldRule> rules = {
+      {"`grpo.num_generations >= 2` unless `grpo.scale_rewards = \"none\"` (a group of one has advantage 0)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.grpo.num_generations >= 2 || c.grpo.scale_rewards == ScaleRewards::None) return "";
+         return str("grpo.num_generations = ", c.grpo.num_generations,
+                    " leaves every group with one completion, so every advantage is 0: use >= 2");
+       }},
+      {"`grpo.generation_batch_size` and `grpo.steps_per_generation` are not both set (as TRL)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.grpo.steps_per_generation == 0 || c.grpo.generation_batch_size == 0) return "";
+         return "grpo.generation_batch_size and grpo.steps_per_generation cannot both be set (TRL refuses it too): set one";
+       }},
+      {"`reward.reward_weights`, when given, has one weight per entry of `reward.functions`", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.reward.reward_weights.empty() || c.reward.reward_weights.size() == c.reward.functions.size()) return "";
+         return str("reward.reward_weights has ", c.reward.reward_weights.size(), " weights for ",
+                    c.reward.functions.size(), " reward.functions: give one weight per function");
+       }},
+      {"`reward.functions` names at least one function, each a known one, none twice", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.reward.functions.empty()) return "reward.functions is empty: name at least one reward function";
+         std::set<std::string> seen;
+         const auto& known = known_reward_functions();
+         for (const std::string& name : c.reward.functions) {
+           if (std::find(known.begin(), known.end(), name) == known.end())
+             return str("reward.functions: unknown reward function \"", name, "\" (known: length, format, answer, repetition, worker)");
+           if (!seen.insert(name).second) return str("reward.functions names \"", name, "\" twice");
+         }
+         return "";
+       }},
+      {"the `worker` reward needs `reward.worker_command`, the `format` reward `reward.format_pattern`", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (uses_reward(c, "worker") && c.reward.worker_command.empty())
+           return "reward.functions names \"worker\" but reward.worker_command is empty";
+         if (uses_reward(c, "format") && c.reward.format_pattern.empty())
+           return "reward.functions names \"format\" but reward.format_pattern is empty";
+         return "";
+       }},
+      {"`grpo.sync_ref_model` needs `grpo.beta > 0` (a reference model)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (!c.grpo.sync_ref_model || c.grpo.beta > 0) return "";
+         return "grpo.sync_ref_model = true needs a reference model: set grpo.beta > 0";
+       }},
+      {"`model.dtype = \"float16\"` only with a GPU (`model.device` not `cpu`)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (!(c.model.dtype == ModelDtype::Float16 && c.model.device == DeviceChoice::Cpu)) return "";
+         return "model.dtype = \"float16\" is for GPUs only";
+       }},
+      {"`grpo.epsilon < 1` unless `grpo.loss_type = \"cispo\"` (the lower clip bound 1 - epsilon stays positive)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.grpo.epsilon < 1.0 || c.grpo.loss_type == LossType::Cispo) return "";
+         return str("grpo.epsilon = ", c.grpo.epsilon, " makes the lower clip bound 1 - epsilon <= 0: use < 1");
+       }},
+      {"`tokenizer.chat_template` is `none`, `chatml` or a string containing `{prompt}`", false,
+       [](const Config& c, int64_t) -> std::string {
+         const std::string& tpl = c.tokenizer.chat_template;
+         if (tpl == "none" || tpl == "chatml" || tpl.find("{prompt}") != std::string::npos) return "";
+         return str("tokenizer.chat_template = \"", tpl, "\": use none, chatml, or a string containing {prompt}");
+       }},
+      {"at start, with the number of ranks known: `grpo.generation_batch_size` is a multiple of "
+       "`train.per_device_train_batch_size` x ranks", true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         const int64_t global_batch = c.train.per_device_train_batch_size * world_size;
+         if (c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0) return "";
+         return str("grpo.generation_batch_size = ", c.grpo.generation_batch_size,
+                    " must be a multiple of train.per_device_train_batch_size x ranks = ",
+                    c.train.per_device_train_batch_size, " x ", world_size, " = ", global_batch);
+       }},
+      {"at start, with the number of ranks known: the generation batch of all ranks "
+       "(`train.per_device_train_batch_size` x ranks x steps per generation) is a multiple of "
+       "`grpo.num_generations`, as TRL asks; a group may span ranks", true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         const int64_t generation_batch = c.global_generation_batch(world_size);
+         if (generation_batch % c.grpo.num_generations == 0) return "";
+         return str("the generation batch (train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
+                    " x ", world_size, " ranks x steps_per_generation ", c.effective_steps_per_generation(world_size),
+                    " = ", generation_batch, " completions) must be a multiple of grpo.num_generations = ",
+                    c.grpo.num_generations);
+       }},
   };
-  inputCheck(!uses("worker") || !c.reward.worker_command.empty(),
-             "reward.functions names \"worker\" but reward.worker_command is empty");
-  inputCheck(!uses("format") || !c.reward.format_pattern.empty(),
-             "reward.functions names \"format\" but reward.format_pattern is empty");
-  inputCheck(g.sync_ref_model == false || g.beta > 0,
-             "grpo.sync_ref_model = true needs a reference model: set grpo.beta > 0");
-  inputCheck(!(c.model.dtype == "float16" && c.model.device == "cpu"), "model.dtype = \"float16\" is for GPUs only");
-  inputCheck(g.epsilon < 1.0 || g.loss_type == "cispo",
-             "grpo.epsilon = ", g.epsilon, " makes the lower clip bound 1 - epsilon <= 0: use < 1");
-  const std::string& tpl = c.tokenizer.chat_template;
-  inputCheck(tpl == "none" || tpl == "chatml" || tpl.find("{prompt}") != std::string::npos,
-             "tokenizer.chat_template = \"", tpl, "\": use none, chatml, or a string containing {prompt}");
+  return rules;
+}
+
+void validate_config(const Config& c) {
+  for (const CrossFieldRule& rule : cross_field_rules())
+    if (!rule.needs_world_size) {
+      const std::string problem = rule.violation(c, 1);
+      inputCheck(problem.empty(), problem);
+    }
+}
+
+void check_batch_geometry(const Config& c, int64_t world_size) {
+  for (const CrossFieldRule& rule : cross_field_rules())
+    if (rule.needs_world_size) {
+      const std::string problem = rule.violation(c, world_size);
+      inputCheck(problem.empty(), problem);
+    }
 }
 
 int64_t Config::effective_steps_per_generation(int64_t world_size) const {
@@ -483,19 +603,6 @@ int64_t Config::effective_steps_per_generation(int64_t world_size) const {
   if (grpo.generation_batch_size > 0)
     return std::max<int64_t>(1, grpo.generation_batch_size / (train.per_device_train_batch_size * std::max<int64_t>(1, world_size)));
   return train.gradient_accumulation_steps;
-}
-
-void check_batch_geometry(const Config& c, int64_t world_size) {
-  const int64_t global_batch = c.train.per_device_train_batch_size * world_size;
-  inputCheck(c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0,
-             "grpo.generation_batch_size = ", c.grpo.generation_batch_size,
-             " must be a multiple of train.per_device_train_batch_size x ranks = ", c.train.per_device_train_batch_size,
-             " x ", world_size, " = ", global_batch);
-  const int64_t generation_batch = c.global_generation_batch(world_size);
-  inputCheck(generation_batch % c.grpo.num_generations == 0, "the generation batch (train.per_device_train_batch_size ",
-             c.train.per_device_train_batch_size, " x ", world_size, " ranks x steps_per_generation ",
-             c.effective_steps_per_generation(world_size), " = ", generation_batch,
-             " completions) must be a multiple of grpo.num_generations = ", c.grpo.num_generations);
 }
 
 std::string config_to_toml(const Config& config) {

@@ -1,4 +1,4 @@
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 #include <iostream>
 

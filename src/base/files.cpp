@@ -1,4 +1,4 @@
-#include "rayless/files.h"
+#include "rayless/base/files.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 namespace fs = std::filesystem;
 

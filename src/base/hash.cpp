@@ -1,4 +1,4 @@
-#include "rayless/hash.h"
+#include "rayless/base/hash.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "rayless/log.h"
+#include "rayless/base/log.h"
 
 #include <fstream>
 #include <iostream>

@@ -3,9 +3,9 @@
 #include <iostream>
 
 #include "cli/options.h"
-#include "rayless/hf_checkpoint.h"
-#include "rayless/sampler.h"
-#include "rayless/tokenizer.h"
+#include "rayless/model/hf_checkpoint.h"
+#include "rayless/sampler/sampler.h"
+#include "rayless/model/tokenizer.h"
 
 namespace rayless::cli {
 
@@ -40,7 +40,7 @@ int generate(const Args& args) {
   inputCheck(device_name == "cpu" || torch::cuda::is_available(), "generate: --device cuda but no CUDA device is available");
   const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
 
-  CausalLM model = load_hf_model(model_dir, parse_model_dtype(dtype_name), device, static_cast<uint64_t>(seed));
+  CausalLM model = load_hf_model(model_dir, torch_dtype_of(parse_choice<ModelDtype>(dtype_name, "--dtype")), device, static_cast<uint64_t>(seed));
   auto tokenizer = load_tokenizer(tokenizer_path, model_dir);
   inputCheck(tokenizer->vocab_size() <= model->config().vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
              " tokens but the model's vocab_size is ", model->config().vocab_size);

@@ -11,10 +11,10 @@
 #include <sstream>
 
 #include "cli/options.h"
-#include "rayless/files.h"
-#include "rayless/log.h"
-#include "rayless/rollout_store.h"
-#include "rayless/tokenizer.h"
+#include "rayless/base/files.h"
+#include "rayless/base/log.h"
+#include "rayless/rollout/rollout_store.h"
+#include "rayless/model/tokenizer.h"
 
 namespace fs = std::filesystem;
 

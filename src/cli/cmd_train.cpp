@@ -1,6 +1,6 @@
 #include "cli/options.h"
-#include "rayless/runtime.h"
-#include "rayless/trainer.h"
+#include "rayless/runtime/runtime.h"
+#include "rayless/trainer/trainer.h"
 
 namespace rayless::cli {
 

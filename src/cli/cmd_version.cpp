@@ -5,12 +5,7 @@
 #include <iostream>
 
 #include "cli/options.h"
-
-#ifdef RAYLESS_WITH_CUDA
-namespace rayless {
-std::string nccl_version_string();  // src/comm/nccl
-}
-#endif
+#include "rayless/comm/communicator.h"
 
 namespace rayless::cli {
 
@@ -25,13 +20,11 @@ int version(const Args& args) {
   if (auto comma = mpi.find_first_of(",\n"); comma != std::string::npos) mpi.resize(comma);
   unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
   H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  const CommunicatorBackend* nccl = find_communicator_backend("nccl");
   std::cout << "rayless " << RAYLESS_VERSION << "\n"
             << "libtorch " << TORCH_VERSION << " (CUDA " << (at::hasCUDA() ? "yes" : "no") << ")\n"
-#ifdef RAYLESS_WITH_CUDA
-            << "nccl " << nccl_version_string() << "\n"
-#else
-            << "nccl not built (configure with -DRAYLESS_CUDA=ON and a CUDA LibTorch)\n"
-#endif
+            << "nccl " << (nccl ? nccl->library_version() : "not built (configure with -DRAYLESS_CUDA=ON and a CUDA LibTorch)")
+            << "\n"
             << "mpi " << mpi << "\n"
             << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << std::endl;
   return 0;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 namespace rayless::cli {
 

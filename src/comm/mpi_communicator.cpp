@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <climits>
 
-#include "rayless/comm.h"
-#include "rayless/error.h"
-#include "rayless/watchdog.h"
+#include "rayless/comm/communicator.h"
+#include "rayless/base/error.h"
+#include "rayless/runtime/watchdog.h"
 
 namespace rayless {
 
@@ -115,47 +115,12 @@ class MpiCommunicator final : public Communicator {
     return output;
   }
 
-  std::vector<torch::Tensor> allgather_variable(const torch::Tensor& tensor) override {
-    check_cpu(tensor, "allgather_variable");
-    CollectiveGuard guard("allgather_variable");
-    runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
-    // counts first (one pair per rank: rows and elements per row), so the padding is dropped by
-    // known counts, never by sentinel values
-    const int64_t rows = tensor.size(0);
-    torch::Tensor meta = torch::tensor({rows, row_numel_of(tensor)}, torch::kInt64);
-    torch::Tensor all_meta = allgather(meta);
-    auto m = all_meta.accessor<int64_t, 2>();
-    int64_t max_rows = 0;
-    for (int r = 0; r < size_; ++r) {
-      max_rows = std::max(max_rows, m[r][0]);
-      runtimeCheck(m[r][1] == m[0][1], "allgather_variable: rank ", r, " has ", m[r][1],
-                   " elements per row, rank 0 has ", m[0][1], " (all dimensions but the first must agree)");
-    }
-    std::vector<torch::Tensor> result;
-    std::vector<int64_t> padded_shape(tensor.sizes().begin(), tensor.sizes().end());
-    if (max_rows == 0) {
-      for (int r = 0; r < size_; ++r) result.push_back(torch::empty(padded_shape, tensor.options()));
-      return result;
-    }
-    padded_shape[0] = max_rows;
-    torch::Tensor padded = torch::empty(padded_shape, tensor.options());
-    if (rows > 0) padded.narrow(0, 0, rows).copy_(tensor);
-    torch::Tensor gathered = allgather(padded);
-    for (int r = 0; r < size_; ++r) result.push_back(gathered[r].narrow(0, 0, m[r][0]));
-    return result;
-  }
-
   void barrier() override {
     CollectiveGuard guard("barrier");
     check_mpi(MPI_Barrier(comm_), "barrier");
   }
 
  private:
-  static int64_t row_numel_of(const torch::Tensor& tensor) {
-    int64_t n = 1;
-    for (int64_t d = 1; d < tensor.dim(); ++d) n *= tensor.size(d);
-    return n;
-  }
   static void check_cpu(const torch::Tensor& tensor, const char* what) {
     runtimeCheck(tensor.defined() && tensor.device().is_cpu(), what,
                  ": the MPI backend takes CPU tensors (use the NCCL backend for CUDA tensors)");
@@ -175,10 +140,6 @@ class SingleCommunicator final : public Communicator {
     runtimeCheck(root == 0, "broadcast: root ", root, " out of range for one process");
   }
   torch::Tensor allgather(const torch::Tensor& tensor) override { return tensor.unsqueeze(0).clone(); }
-  std::vector<torch::Tensor> allgather_variable(const torch::Tensor& tensor) override {
-    runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
-    return {tensor.clone()};
-  }
   void barrier() override {}
 };
 

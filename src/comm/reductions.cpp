@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "rayless/comm.h"
+#include "rayless/comm/communicator.h"
 
 namespace rayless {
 

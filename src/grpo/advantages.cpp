@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 
@@ -33,12 +33,6 @@ torch::Tensor nanstd(const torch::Tensor& values, int64_t dim, bool all) {
 
 void check_advantage_settings(const AdvantageSettings& settings) {
   inputCheck(settings.num_generations >= 1, "grpo.num_generations must be >= 1, got ", settings.num_generations);
-  inputCheck(settings.scale_rewards == "group" || settings.scale_rewards == "batch" || settings.scale_rewards == "none",
-             "grpo.scale_rewards: unknown value \"", settings.scale_rewards, "\" (group | batch | none)");
-  inputCheck(settings.multi_objective_aggregation == "sum_then_normalize" ||
-                 settings.multi_objective_aggregation == "normalize_then_sum",
-             "grpo.multi_objective_aggregation: unknown value \"", settings.multi_objective_aggregation,
-             "\" (sum_then_normalize | normalize_then_sum)");
 }
 
 AdvantageOutput compute_advantages(const torch::Tensor& rewards_per_func, const std::vector<double>& reward_weights,
@@ -65,16 +59,16 @@ AdvantageOutput compute_advantages(const torch::Tensor& rewards_per_func, const 
 
   AdvantageOutput out;
   torch::Tensor advantages;
-  if (settings.multi_objective_aggregation == "sum_then_normalize") {
+  if (settings.multi_objective_aggregation == RewardAggregation::SumThenNormalize) {
     auto rewards = weighted_sum(table);
     auto mean = torch::nanmean(rewards.view({-1, G}), {1}).repeat_interleave(G);
     torch::Tensor std;
-    if (settings.scale_rewards == "batch")
+    if (settings.scale_rewards == ScaleRewards::Batch)
       std = rows > 1 ? nanstd(rewards).expand_as(rewards) : torch::zeros_like(rewards);
     else
       std = G > 1 ? nanstd(rewards.view({-1, G}), 1, false).squeeze(1).repeat_interleave(G) : torch::zeros_like(rewards);
     advantages = rewards - mean;
-    if (settings.scale_rewards != "none") advantages = advantages / (std + kStdEpsilon);
+    if (settings.scale_rewards != ScaleRewards::None) advantages = advantages / (std + kStdEpsilon);
     out.rewards = rewards;
     out.std_rewards = std;
   } else {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 

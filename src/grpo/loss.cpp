@@ -3,16 +3,16 @@
 #include <cmath>
 #include <limits>
 
-#include "rayless/config.h"
-#include "rayless/error.h"
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 
 namespace {
 
-bool is_clipped_family(const std::string& loss_type) {
-  return loss_type == "grpo" || loss_type == "bnpo" || loss_type == "dr_grpo" || loss_type == "dapo" ||
-         loss_type == "luspo";
+bool is_clipped_family(LossType loss_type) {
+  return loss_type == LossType::Grpo || loss_type == LossType::Bnpo || loss_type == LossType::DrGrpo ||
+         loss_type == LossType::Dapo || loss_type == LossType::Luspo;
 }
 
 void check_same_shape(const torch::Tensor& tensor, const torch::Tensor& like, const char* name) {
@@ -20,16 +20,52 @@ void check_same_shape(const torch::Tensor& tensor, const torch::Tensor& like, co
              like.sizes());
 }
 
+// kl, entropy and the clip metrics as parts the trainer reduces over ranks. TRL's metric dtype is
+// that of x times the completion mask, with a float32 count: float32 for the indicator metrics
+// (x.float()) and for float32 log-probs, float64 for float64 kl and entropy.
+void add_loss_metrics(LossOutput& out, const LossInputs& in, const LossSettings& s, const torch::Tensor& mask,
+                      const torch::Tensor& coef_1, const torch::Tensor& advantages, const torch::Tensor& per_token_kl) {
+  torch::NoGradGuard no_grad;
+  const auto mask32 = in.completion_mask.to(torch::kFloat32);
+  auto mean_part = [&](const torch::Tensor& x) {
+    const bool single = x.scalar_type() == torch::kFloat32;
+    if (x.size(1) == 1) return MeanPart{x.sum().item<double>(), static_cast<double>(x.size(0)), single};
+    const auto& m = single ? mask32 : mask;
+    return MeanPart{(x * m).sum().item<double>(), m.sum().item<double>(), single};
+  };
+  // per completion: the already-per-sequence value, or the masked mean (NaN for an empty row)
+  auto per_sequence = [&](const torch::Tensor& x) {
+    if (x.size(1) == 1) return x.squeeze(1);
+    const auto& m = x.scalar_type() == torch::kFloat32 ? mask32 : mask;
+    return (x * m).sum(-1) / m.sum(-1);
+  };
+  auto nan_extreme = [](const torch::Tensor& values, bool want_min) {
+    auto kept = values.masked_select(~torch::isnan(values));
+    if (kept.numel() == 0) return std::numeric_limits<double>::quiet_NaN();
+    return (want_min ? kept.min() : kept.max()).item<double>();
+  };
+  if (s.beta != 0.0) out.means["kl"] = mean_part(per_token_kl.detach());
+  if (in.entropies.defined()) out.means["entropy"] = mean_part(in.entropies.detach().to(mask.scalar_type()));
+  if (is_clipped_family(s.loss_type)) {
+    auto low = ((coef_1 < 1 - s.epsilon_low) & (advantages < 0)).to(torch::kFloat32);
+    auto high = ((coef_1 > 1 + s.epsilon_high) & (advantages > 0)).to(torch::kFloat32);
+    auto region = ((low + high) > 0).to(torch::kFloat32);
+    out.means["clip_ratio/low_mean"] = mean_part(low);
+    out.means["clip_ratio/high_mean"] = mean_part(high);
+    out.means["clip_ratio/region_mean"] = mean_part(region);
+    out.minima["clip_ratio/low_min"] = nan_extreme(per_sequence(low), true);
+    out.maxima["clip_ratio/high_max"] = nan_extreme(per_sequence(high), false);
+  } else if (s.loss_type == LossType::Cispo) {
+    out.means["cispo_clip_ratio"] = mean_part(((coef_1 > s.epsilon_high) & (advantages > 0)).to(torch::kFloat32));
+  }
+}
+
 }  // namespace
 
 void check_loss_settings(const LossSettings& s) {
-  inputCheck(s.loss_type == "sapo" || s.loss_type == "cispo" || is_clipped_family(s.loss_type),
-             "grpo.loss_type: unknown value \"", s.loss_type, "\" (grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo)");
-  inputCheck(s.importance_sampling_level == "token" || s.importance_sampling_level == "sequence",
-             "grpo.importance_sampling_level: unknown value \"", s.importance_sampling_level, "\" (token | sequence)");
   inputCheck(s.gradient_accumulation_steps >= 1, "train.gradient_accumulation_steps must be >= 1");
   inputCheck(s.num_processes >= 1, "loss: num_processes must be >= 1");
-  inputCheck(s.loss_type != "dr_grpo" || s.max_completion_length >= 1,
+  inputCheck(s.loss_type != LossType::DrGrpo || s.max_completion_length >= 1,
              "generation.max_completion_length must be >= 1 for loss_type dr_grpo");
 }
 
@@ -87,7 +123,7 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   // importance weights: per token, or the sequence's mean log-ratio (GSPO) -> [B, 1]
   auto log_ratio = logps - old_logps;
   torch::Tensor log_weights = log_ratio;
-  if (s.importance_sampling_level == "sequence")
+  if (s.importance_sampling_level == ImportanceSamplingLevel::Sequence)
     log_weights = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).unsqueeze(-1);
   auto coef_1 = torch::exp(log_weights);
 
@@ -100,10 +136,10 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   }
 
   torch::Tensor per_token_loss;
-  if (s.loss_type == "cispo") {
+  if (s.loss_type == LossType::Cispo) {
     auto capped = coef_1.clamp_max(s.epsilon_high).detach();
     per_token_loss = -capped * advantages * logps;
-  } else if (s.loss_type == "sapo") {
+  } else if (s.loss_type == LossType::Sapo) {
     // TRL builds the temperatures as float32 tensors; round them the same way
     const double positive = static_cast<float>(s.sapo_temperature_pos);
     const double negative = static_cast<float>(s.sapo_temperature_neg);
@@ -121,13 +157,13 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
 
   const double accumulation = static_cast<double>(s.gradient_accumulation_steps);
   torch::Tensor loss;
-  if (s.loss_type == "grpo" || s.loss_type == "sapo") {
+  if (s.loss_type == LossType::Grpo || s.loss_type == LossType::Sapo) {
     loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)).mean() / accumulation;
-  } else if (s.loss_type == "bnpo") {
+  } else if (s.loss_type == LossType::Bnpo) {
     loss = (per_token_loss * mask).sum() / mask.sum().clamp_min(1.0) / accumulation;
-  } else if (s.loss_type == "dr_grpo") {
+  } else if (s.loss_type == LossType::DrGrpo) {
     loss = (per_token_loss * mask).sum() / static_cast<double>(batch * s.max_completion_length) / accumulation;
-  } else if (s.loss_type == "dapo" || s.loss_type == "cispo") {
+  } else if (s.loss_type == LossType::Dapo || s.loss_type == LossType::Cispo) {
     // num_items_in_batch spans the generation batch: rescale it to one accumulation window
     const double steps_per_generation =
         static_cast<double>(s.steps_per_generation > 0 ? s.steps_per_generation : s.gradient_accumulation_steps);
@@ -140,41 +176,7 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
 
   LossOutput out;
   out.loss = loss;
-  torch::NoGradGuard no_grad;
-  // TRL's metric dtype is that of x times the completion mask, with a float32 count: float32 for the
-  // indicator metrics (x.float()) and for float32 log-probs, float64 for float64 kl and entropy
-  const auto mask32 = in.completion_mask.to(torch::kFloat32);
-  auto mean_part = [&](const torch::Tensor& x) {
-    const bool single = x.scalar_type() == torch::kFloat32;
-    if (x.size(1) == 1) return MeanPart{x.sum().item<double>(), static_cast<double>(x.size(0)), single};
-    const auto& m = single ? mask32 : mask;
-    return MeanPart{(x * m).sum().item<double>(), m.sum().item<double>(), single};
-  };
-  // per completion: the already-per-sequence value, or the masked mean (NaN for an empty row)
-  auto per_sequence = [&](const torch::Tensor& x) {
-    if (x.size(1) == 1) return x.squeeze(1);
-    const auto& m = x.scalar_type() == torch::kFloat32 ? mask32 : mask;
-    return (x * m).sum(-1) / m.sum(-1);
-  };
-  auto nan_extreme = [](const torch::Tensor& values, bool want_min) {
-    auto kept = values.masked_select(~torch::isnan(values));
-    if (kept.numel() == 0) return std::numeric_limits<double>::quiet_NaN();
-    return (want_min ? kept.min() : kept.max()).item<double>();
-  };
-  if (s.beta != 0.0) out.means["kl"] = mean_part(per_token_kl.detach());
-  if (in.entropies.defined()) out.means["entropy"] = mean_part(in.entropies.detach().to(dtype));
-  if (is_clipped_family(s.loss_type)) {
-    auto low = ((coef_1 < 1 - s.epsilon_low) & (advantages < 0)).to(torch::kFloat32);
-    auto high = ((coef_1 > 1 + s.epsilon_high) & (advantages > 0)).to(torch::kFloat32);
-    auto region = ((low + high) > 0).to(torch::kFloat32);
-    out.means["clip_ratio/low_mean"] = mean_part(low);
-    out.means["clip_ratio/high_mean"] = mean_part(high);
-    out.means["clip_ratio/region_mean"] = mean_part(region);
-    out.minima["clip_ratio/low_min"] = nan_extreme(per_sequence(low), true);
-    out.maxima["clip_ratio/high_max"] = nan_extreme(per_sequence(high), false);
-  } else if (s.loss_type == "cispo") {
-    out.means["cispo_clip_ratio"] = mean_part(((coef_1 > s.epsilon_high) & (advantages > 0)).to(torch::kFloat32));
-  }
+  add_loss_metrics(out, in, s, mask, coef_1, advantages, per_token_kl);
   return out;
 }
 

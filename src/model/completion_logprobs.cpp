@@ -1,11 +1,10 @@
 // Completion log-probs: the padded pass (TRL's layout) and the packed pass that shares each prompt's
-// keys/values among its generations and skips padding. See include/rayless/completion_logprobs.h.
-#include "rayless/completion_logprobs.h"
+// keys/values among its generations and skips padding. See include/rayless/model/completion_logprobs.h.
+#include "rayless/model/completion_logprobs.h"
 
 #include <map>
 
-#include "rayless/error.h"
-#include "rayless/sampler.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 

@@ -1,10 +1,10 @@
 // HF model directories in and out. Loading builds the module from config.json and copies tensors in
 // by name; saving writes the same names, so transformers reads what rayless wrote.
-#include "rayless/hf_checkpoint.h"
+#include "rayless/model/hf_checkpoint.h"
 
-#include "rayless/error.h"
-#include "rayless/files.h"
-#include "rayless/safetensors.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
+#include "rayless/model/safetensors.h"
 
 namespace rayless {
 

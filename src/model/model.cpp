@@ -1,12 +1,12 @@
 // The decoder: Qwen2 / Qwen3 / Llama share one code path; the differences are flags read from
 // config.json (q/k/v bias, q/k norms, tied embeddings). Numerics follow transformers: RMSNorm and RoPE
 // tables computed in float32 and cast back, positions = cumsum(mask) - 1.
-#include "rayless/model.h"
+#include "rayless/model/model.h"
 
 #include <set>
 
-#include "rayless/error.h"
-#include "rayless/files.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
 
 namespace rayless {
 
@@ -200,12 +200,32 @@ ModelArchConfig load_model_config(const std::filesystem::path& model_dir) {
   return ModelArchConfig::from_json(j, file.string());
 }
 
-torch::Dtype parse_model_dtype(const std::string& name) {
-  if (name == "float32" || name == "fp32") return torch::kFloat32;
-  if (name == "float64") return torch::kFloat64;
-  if (name == "bfloat16" || name == "bf16") return torch::kBFloat16;
-  if (name == "float16" || name == "fp16") return torch::kFloat16;
-  throw InputError(str("unknown model dtype \"", name, "\" (float32 | bfloat16 | float16 | float64)"));
+torch::Dtype torch_dtype_of(ModelDtype dtype) {
+  switch (dtype) {
+    case ModelDtype::BFloat16: return torch::kBFloat16;
+    case ModelDtype::Float16: return torch::kFloat16;
+    case ModelDtype::Float64: return torch::kFloat64;
+    default: return torch::kFloat32;
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_id) {
+  size_t width = 0;
+  for (const auto& p : prompts) width = std::max(width, p.size());
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  auto ids = torch::full({b, static_cast<int64_t>(width)}, pad_id, torch::kLong);
+  auto mask = torch::zeros({b, static_cast<int64_t>(width)}, torch::kLong);
+  auto ids_a = ids.accessor<int64_t, 2>();
+  auto mask_a = mask.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    const auto& p = prompts[i];
+    const size_t offset = width - p.size();
+    for (size_t j = 0; j < p.size(); ++j) {
+      ids_a[i][offset + j] = p[j];
+      mask_a[i][offset + j] = 1;
+    }
+  }
+  return {ids, mask};
 }
 
 // ---- KV cache ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // Safetensors reader/writer. The reader maps the file read-only and validates the whole header
 // (lengths, JSON, dtypes, shapes, offsets in range and not overlapping) before copying any data.
-#include "rayless/safetensors.h"
+#include "rayless/model/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,8 +11,8 @@
 #include <fstream>
 #include <set>
 
-#include "rayless/error.h"
-#include "rayless/files.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
 
 namespace rayless {
 namespace {

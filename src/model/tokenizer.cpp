@@ -8,10 +8,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "rayless/error.h"
-#include "rayless/files.h"
-#include "rayless/hash.h"
-#include "rayless/tokenizer.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
+#include "rayless/base/hash.h"
+#include "rayless/model/tokenizer.h"
 
 namespace rayless {
 namespace {

@@ -20,14 +20,14 @@
 #include <string>
 #include <vector>
 
-#include "rayless/comm.h"
-#include "rayless/entropy_threshold.h"
-#include "rayless/error.h"
+#include "rayless/comm/communicator.h"
+#include "rayless/grpo/entropy_threshold.h"
+#include "rayless/base/error.h"
 #include "rayless/grpo/advantages.h"
 #include "rayless/grpo/entropy_mask.h"
 #include "rayless/grpo/logprobs.h"
 #include "rayless/grpo/loss.h"
-#include "rayless/runtime.h"
+#include "rayless/runtime/runtime.h"
 
 namespace rayless {
 namespace {
@@ -197,8 +197,9 @@ void compare(CaseResult& result, const std::string& quantity, const torch::Tenso
 CaseResult check_advantages(const CaseFile& file) {
   AdvantageSettings settings;
   settings.num_generations = static_cast<int64_t>(file.number("num_generations"));
-  settings.scale_rewards = file.text("scale_rewards");
-  settings.multi_objective_aggregation = file.text("multi_objective_aggregation");
+  settings.scale_rewards = parse_choice<ScaleRewards>(file.text("scale_rewards"), file.path() + ": scale_rewards");
+  settings.multi_objective_aggregation =
+      parse_choice<RewardAggregation>(file.text("multi_objective_aggregation"), file.path() + ": multi_objective_aggregation");
   auto rewards = file.read("inputs/rewards_per_func", torch::kFloat64);
   auto weights_tensor = file.read("inputs/reward_weights", torch::kFloat64).contiguous();
   std::vector<double> weights(weights_tensor.data_ptr<double>(), weights_tensor.data_ptr<double>() + weights_tensor.numel());
@@ -228,8 +229,9 @@ CaseResult check_logprob(const CaseFile& file) {
 
 CaseResult check_loss(const CaseFile& file) {
   LossSettings settings;
-  settings.loss_type = file.text("loss_type");
-  settings.importance_sampling_level = file.text("importance_sampling_level");
+  settings.loss_type = parse_choice<LossType>(file.text("loss_type"), file.path() + ": loss_type");
+  settings.importance_sampling_level =
+      parse_choice<ImportanceSamplingLevel>(file.text("importance_sampling_level"), file.path() + ": importance_sampling_level");
   settings.epsilon_low = file.number("epsilon_low");
   settings.epsilon_high = file.number("epsilon_high");
   settings.beta = file.number("beta");
@@ -321,9 +323,9 @@ CaseResult check_threshold_distributed(const CaseFile& file, Communicator& comm)
   auto inputs = threshold_inputs(file, comm.size());
   const double expected = file.read("expected/threshold", torch::kFloat64).item<double>();
   CaseResult result;
-  for (const char* method : {"gather", "select"}) {
-    const float got = global_entropy_threshold(comm, inputs[comm.rank()], top, method);
-    compare_threshold(result, str("threshold (", method, ", ", comm.size(), " ranks)"), got, expected);
+  for (const auto& [method, name] : choice_names<EntropyThresholdMethod>()) {
+    const float got = global_entropy_threshold(comm, inputs[comm.rank()], top, method).value;
+    compare_threshold(result, str("threshold (", name, ", ", comm.size(), " ranks)"), got, expected);
   }
   return result;
 }

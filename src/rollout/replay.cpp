@@ -1,9 +1,9 @@
-#include "rayless/replay.h"
+#include "rayless/rollout/replay.h"
 
 #include <algorithm>
 #include <fstream>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 namespace {

@@ -1,7 +1,7 @@
 // The HDF5 rollout store (serial HDF5 C API). One file per rank and step, written under a temporary
 // name and renamed; the rank file and the index hold only external links, so they are rebuilt in
 // full (cheaply) at every step and a crash at any point leaves the previous good files readable.
-#include "rayless/rollout_store.h"
+#include "rayless/rollout/rollout_store.h"
 
 #include <hdf5.h>
 
@@ -10,8 +10,8 @@
 #include <limits>
 #include <regex>
 
-#include "rayless/error.h"
-#include "rayless/files.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
 
 namespace fs = std::filesystem;
 

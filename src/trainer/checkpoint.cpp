@@ -1,13 +1,13 @@
-#include "rayless/checkpoint.h"
+#include "rayless/trainer/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
-#include "rayless/comm.h"
-#include "rayless/error.h"
-#include "rayless/files.h"
-#include "rayless/log.h"
+#include "rayless/comm/communicator.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
+#include "rayless/base/log.h"
 
 namespace fs = std::filesystem;
 

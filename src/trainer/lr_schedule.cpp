@@ -1,10 +1,10 @@
-#include "rayless/lr_schedule.h"
+#include "rayless/trainer/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "rayless/config.h"
-#include "rayless/error.h"
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 
@@ -13,17 +13,14 @@ int64_t warmup_steps_for(const OptimConfig& optim, int64_t max_steps) {
   return static_cast<int64_t>(std::ceil(optim.warmup_ratio * static_cast<double>(max_steps)));
 }
 
-double lr_multiplier(const std::string& type, int64_t step, int64_t warmup_steps, int64_t max_steps) {
+double lr_multiplier(LrSchedule type, int64_t step, int64_t warmup_steps, int64_t max_steps) {
   if (step < warmup_steps) return static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
-  if (type == "constant") return 1.0;
+  if (type == LrSchedule::Constant) return 1.0;
   const double remaining = static_cast<double>(max_steps - step);
   const double span = static_cast<double>(std::max<int64_t>(1, max_steps - warmup_steps));
-  if (type == "linear") return std::max(0.0, remaining / span);
-  if (type == "cosine") {
-    const double progress = static_cast<double>(step - warmup_steps) / span;
-    return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
-  }
-  throw InputError(str("optim.lr_scheduler_type = \"", type, "\" is not one of constant | linear | cosine"));
+  if (type == LrSchedule::Linear) return std::max(0.0, remaining / span);
+  const double progress = static_cast<double>(step - warmup_steps) / span;  // cosine
+  return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
 }  // namespace rayless

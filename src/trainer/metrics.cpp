@@ -1,12 +1,12 @@
-#include "rayless/metrics.h"
+#include "rayless/trainer/metrics.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <sstream>
 
-#include "rayless/error.h"
-#include "rayless/files.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
 
 namespace fs = std::filesystem;
 

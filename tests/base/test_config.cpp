@@ -4,9 +4,9 @@
 #include <fstream>
 #include <regex>
 
-#include "rayless/config.h"
-#include "rayless/error.h"
-#include "rayless/files.h"
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
 
 namespace fs = std::filesystem;
 using namespace rayless;
@@ -53,7 +53,7 @@ TEST_CASE("config: TOML values land in the typed struct and overrides win") {
   CHECK(c.train.seed == 3);
   CHECK(c.grpo.num_iterations == 3);
   CHECK(c.optim.learning_rate == Approx(2e-5));
-  CHECK(c.grpo.loss_type == "grpo");
+  CHECK(c.grpo.loss_type == LossType::Grpo);
   REQUIRE(c.generation.stop_strings.size() == 1);
   CHECK(c.generation.stop_strings[0] == "\n\n");
   CHECK(c.checkpoint.save_steps == 500);  // default untouched (transformers' save_steps)
@@ -108,9 +108,9 @@ TEST_CASE("config: cross-field rules") {
   CHECK_THAT(error_of([&] { config_from_overrides({"grpo.generation_batch_size=16", "grpo.steps_per_generation=2"}); }),
              Catch::Contains("cannot both be set"));
   // scale_rewards = true / false as TRL maps them
-  CHECK(config_from_overrides({"grpo.scale_rewards=true"}).grpo.scale_rewards == "group");
-  CHECK(config_from_overrides({"grpo.scale_rewards=false"}).grpo.scale_rewards == "none");
-  CHECK(config_from_overrides({"model.dtype=float64"}).model.dtype == "float64");
+  CHECK(config_from_overrides({"grpo.scale_rewards=true"}).grpo.scale_rewards == ScaleRewards::Group);
+  CHECK(config_from_overrides({"grpo.scale_rewards=false"}).grpo.scale_rewards == ScaleRewards::None);
+  CHECK(config_from_overrides({"model.dtype=float64"}).model.dtype == ModelDtype::Float64);
   CHECK_THAT(error_of([&] { config_from_overrides({"reward.reward_weights=[1.0, 2.0]"}); }),
              Catch::Contains("one weight per function"));
   CHECK_THAT(error_of([&] { config_from_overrides({"reward.functions=[\"lenght\"]"}); }),

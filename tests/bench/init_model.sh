@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `rayless init-model`: the same seed writes byte-identical weights (what lets TRL and rayless start
+# `rayless-bench init-model`: the same seed writes byte-identical weights (what lets TRL and rayless start
 # from the same model), another seed different ones; defaults come from the tokenizer; an existing
 # --out or a bad config is an input error (exit 2) that leaves nothing behind.
 set -uo pipefail

@@ -1,5 +1,4 @@
-# comm: fault scenarios under mpiexec (a wrapper checks exit code and how often a message appears),
-# and the large entropy threshold case once at np 2.
+# comm: fault scenarios under mpiexec (a wrapper checks exit code and how often a message appears).
 add_executable(comm-faults ${CMAKE_CURRENT_LIST_DIR}/programs/faults.cpp)
 target_link_libraries(comm-faults PRIVATE rayless_comm)
 target_precompile_headers(comm-faults REUSE_FROM rayless_base)
@@ -25,5 +24,3 @@ rayless_comm_fault_test(throw-one-nostall 2 nonzero "stalled" 0 throw-one 10 1)
 # an InputError every rank sees: a clean exit 2 everywhere, the message once
 rayless_comm_fault_test(input-all 3 2 "rayless: error: config.toml: bad key everyone sees" 1 input-all 3)
 rayless_comm_fault_test(ok 2 0 "rayless: error" 0 ok 3)
-
-rayless_add_mpi_test(comm-mpi-threshold-16M-np2 test-comm-mpi 2 ARGS "[big]" TIMEOUT 300)

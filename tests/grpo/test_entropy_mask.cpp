@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 #include "rayless/grpo/entropy_mask.h"
 
 using namespace rayless;

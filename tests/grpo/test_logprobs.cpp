@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "rayless/error.h"
+#include "rayless/base/error.h"
 #include "rayless/grpo/logprobs.h"
 
 using namespace rayless;

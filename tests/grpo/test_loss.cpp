@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "rayless/config.h"
-#include "rayless/error.h"
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
 #include "rayless/grpo/loss.h"
 
 using namespace rayless;
@@ -26,7 +26,7 @@ TEST_CASE("on-policy grpo loss is minus the mean advantage of sequences with tok
   LossInputs in = small_inputs();
   in.old_per_token_logps = torch::Tensor();  // on-policy: ratio 1
   LossSettings settings;
-  settings.loss_type = "grpo";
+  settings.loss_type = LossType::Grpo;
   settings.gradient_accumulation_steps = 2;
   auto out = compute_loss(in, settings);
   // each sequence contributes -A (empty third row contributes 0), mean over 3 rows, / 2 steps
@@ -45,13 +45,13 @@ TEST_CASE("on-policy grpo loss is minus the mean advantage of sequences with tok
 TEST_CASE("dapo divides by the global token count per process and dr_grpo by B times max length") {
   LossInputs in = small_inputs();
   LossSettings settings;
-  settings.loss_type = "bnpo";
+  settings.loss_type = LossType::Bnpo;
   const double bnpo = compute_loss(in, settings).loss.item<double>();  // mean over the 5 active tokens
-  settings.loss_type = "dapo";
+  settings.loss_type = LossType::Dapo;
   in.num_items_in_batch = 10;
   settings.num_processes = 2;
   CHECK(compute_loss(in, settings).loss.item<double>() == Approx(bnpo).epsilon(1e-12));
-  settings.loss_type = "dr_grpo";
+  settings.loss_type = LossType::DrGrpo;
   settings.max_completion_length = 4;
   CHECK(compute_loss(in, settings).loss.item<double>() == Approx(bnpo * 5 / 12).epsilon(1e-12));
 }
@@ -61,17 +61,27 @@ TEST_CASE("an all-false entropy mask leaves only the KL term") {
   in.ref_per_token_logps = in.per_token_logps.detach() - 0.1;
   in.entropy_mask = torch::zeros({3, 4}, torch::kBool);
   LossSettings settings;
-  settings.loss_type = "bnpo";
+  settings.loss_type = LossType::Bnpo;
   settings.beta = 0.5;
+  settings.use_bias_correction_kl = false;
   auto out = compute_loss(in, settings);
   const double kl_value = std::exp(-0.1) + 0.1 - 1;
   CHECK(out.loss.item<double>() == Approx(0.5 * kl_value).epsilon(1e-9));
   CHECK(out.metrics().at("kl") == Approx(kl_value).epsilon(1e-9));
+  // TRL's default: the KL weighted by the importance ratio exp(logp - old) per token
+  settings.use_bias_correction_kl = true;
+  out = compute_loss(in, settings);
+  auto mask = in.completion_mask.to(torch::kFloat64);
+  auto ratio = torch::exp(in.per_token_logps.detach() - in.old_per_token_logps);
+  const double corrected = ((ratio * kl_value) * mask).sum().item<double>() / mask.sum().item<double>();
+  CHECK(out.loss.item<double>() == Approx(0.5 * corrected).epsilon(1e-9));
+  CHECK(out.metrics().at("kl") == Approx(corrected).epsilon(1e-9));
+  CHECK(corrected != Approx(kl_value).epsilon(1e-6));  // the inputs are off-policy: the correction matters
 }
 
 TEST_CASE("loss settings come from the config") {
   Config config;
-  config.grpo.loss_type = "cispo";
+  config.grpo.loss_type = LossType::Cispo;
   config.grpo.epsilon = 0.1;
   config.grpo.epsilon_high = 0;
   config.grpo.delta = 0;
@@ -84,12 +94,11 @@ TEST_CASE("loss settings come from the config") {
 TEST_CASE("loss rejects bad input with one line naming the problem") {
   LossInputs in = small_inputs();
   LossSettings settings;
-  settings.loss_type = "ppo";
-  CHECK_THROWS_WITH(compute_loss(in, settings), Catch::Contains("grpo.loss_type"));
-  settings.loss_type = "grpo";
-  settings.importance_sampling_level = "sentence";
-  CHECK_THROWS_WITH(compute_loss(in, settings), Catch::Contains("importance_sampling_level"));
-  settings.importance_sampling_level = "token";
+  // names are parsed once, where they are read (config, reference cases)
+  CHECK_THROWS_WITH(parse_choice<LossType>("ppo", "grpo.loss_type"), Catch::Contains("grpo.loss_type: unknown value \"ppo\""));
+  CHECK_THROWS_WITH(parse_choice<ImportanceSamplingLevel>("sentence", "grpo.importance_sampling_level"),
+                    Catch::Contains("token | sequence"));
+  settings.loss_type = LossType::Grpo;
   LossInputs bad = in;
   bad.completion_mask = torch::ones({3, 5});
   CHECK_THROWS_WITH(compute_loss(bad, settings), Catch::Contains("completion_mask"));

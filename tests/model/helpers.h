@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "rayless/files.h"
+#include "rayless/base/files.h"
 
 namespace rayless::test {
 

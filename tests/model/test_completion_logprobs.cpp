@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
-#include "rayless/completion_logprobs.h"
-#include "rayless/hf_checkpoint.h"
+#include "rayless/model/completion_logprobs.h"
+#include "rayless/model/hf_checkpoint.h"
 
 using namespace rayless;
 

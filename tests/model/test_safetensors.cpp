@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
-#include "rayless/error.h"
-#include "rayless/safetensors.h"
+#include "rayless/base/error.h"
+#include "rayless/model/safetensors.h"
 
 using namespace rayless;
 

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
-#include "rayless/error.h"
-#include "rayless/tokenizer.h"
+#include "rayless/base/error.h"
+#include "rayless/model/tokenizer.h"
 
 using namespace rayless;
 

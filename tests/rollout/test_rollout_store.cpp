@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "rayless/error.h"
-#include "rayless/rollout_store.h"
+#include "rayless/base/error.h"
+#include "rayless/rollout/rollout_store.h"
 #include "rollout_test_util.h"
 
 using namespace rayless;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Resume must be exact: a run interrupted by SIGTERM after micro-step K and resumed with
 # --resume auto ends with the same model.safetensors, byte for byte, as an uninterrupted run.
-# usage: resume_exact.sh RAYLESS NP K [--set k=v ...]
+# usage: resume_exact.sh RAYLESS TRAIN_UNTIL_SIGNAL NP K [--set k=v ...]
+# (TRAIN_UNTIL_SIGNAL: tests/trainer/programs/train_until_signal.cpp, `rayless train` that raises the
+# signal itself after micro-step K)
 set -uo pipefail
-rayless=$1; np=$2; k=$3; shift 3
+rayless=$1; until_signal=$2; np=$3; k=$4; shift 4
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/rayless-resume.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -11,7 +13,8 @@ cd "$src"
 run() { mpirun -np "$np" --oversubscribe --bind-to none "$rayless" train --config configs/ci-small.toml "$@"; }
 
 run --output "$work/straight" "$@" > "$work/straight.log" 2>&1 || { cat "$work/straight.log"; echo "FAIL: uninterrupted run"; exit 1; }
-RAYLESS_TEST_SIGNAL_AT_MICRO_STEP=$k run --output "$work/resumed" "$@" > "$work/first.log" 2>&1
+mpirun -np "$np" --oversubscribe --bind-to none "$until_signal" --signal-at-micro-step "$k" \
+  --config configs/ci-small.toml --output "$work/resumed" "$@" > "$work/first.log" 2>&1
 rc=$?
 cat "$work/first.log"
 [ $rc -eq 3 ] || { echo "FAIL: interrupted run exited $rc, expected 3 (checkpointed on signal)"; exit 1; }

@@ -4,30 +4,30 @@
 #include <filesystem>
 #include <fstream>
 
-#include "rayless/checkpoint.h"
-#include "rayless/comm.h"
-#include "rayless/config.h"
-#include "rayless/error.h"
-#include "rayless/files.h"
-#include "rayless/lr_schedule.h"
-#include "rayless/metrics.h"
+#include "rayless/trainer/checkpoint.h"
+#include "rayless/comm/communicator.h"
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
+#include "rayless/base/files.h"
+#include "rayless/trainer/lr_schedule.h"
+#include "rayless/trainer/metrics.h"
 
 namespace fs = std::filesystem;
 using namespace rayless;
 
 TEST_CASE("trainer: learning-rate schedules follow transformers' formulas") {
   // linear with warmup 2 of 10: 0, .5, then (10 - s) / 8
-  CHECK(lr_multiplier("linear", 0, 2, 10) == Approx(0.0));
-  CHECK(lr_multiplier("linear", 1, 2, 10) == Approx(0.5));
-  CHECK(lr_multiplier("linear", 2, 2, 10) == Approx(1.0));
-  CHECK(lr_multiplier("linear", 6, 2, 10) == Approx(0.5));
-  CHECK(lr_multiplier("linear", 10, 2, 10) == Approx(0.0));
+  CHECK(lr_multiplier(LrSchedule::Linear, 0, 2, 10) == Approx(0.0));
+  CHECK(lr_multiplier(LrSchedule::Linear, 1, 2, 10) == Approx(0.5));
+  CHECK(lr_multiplier(LrSchedule::Linear, 2, 2, 10) == Approx(1.0));
+  CHECK(lr_multiplier(LrSchedule::Linear, 6, 2, 10) == Approx(0.5));
+  CHECK(lr_multiplier(LrSchedule::Linear, 10, 2, 10) == Approx(0.0));
   // cosine: half a cosine after warmup
-  CHECK(lr_multiplier("cosine", 2, 2, 10) == Approx(1.0));
-  CHECK(lr_multiplier("cosine", 6, 2, 10) == Approx(0.5));
-  CHECK(lr_multiplier("cosine", 4, 2, 10) == Approx(0.5 * (1 + std::cos(M_PI * 0.25))));
-  CHECK(lr_multiplier("constant", 7, 0, 10) == Approx(1.0));
-  CHECK(lr_multiplier("constant", 1, 4, 10) == Approx(0.25));
+  CHECK(lr_multiplier(LrSchedule::Cosine, 2, 2, 10) == Approx(1.0));
+  CHECK(lr_multiplier(LrSchedule::Cosine, 6, 2, 10) == Approx(0.5));
+  CHECK(lr_multiplier(LrSchedule::Cosine, 4, 2, 10) == Approx(0.5 * (1 + std::cos(M_PI * 0.25))));
+  CHECK(lr_multiplier(LrSchedule::Constant, 7, 0, 10) == Approx(1.0));
+  CHECK(lr_multiplier(LrSchedule::Constant, 1, 4, 10) == Approx(0.25));
   OptimConfig optim;
   optim.warmup_ratio = 0.1;
   CHECK(warmup_steps_for(optim, 25) == 3);  // ceil(2.5)

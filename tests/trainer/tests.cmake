@@ -1,9 +1,14 @@
-# End-to-end: real `rayless train` runs under mpirun on the embedded tiny model.
+# End-to-end: real `rayless train` runs under mpirun on the embedded tiny model. train-until-signal
+# is `rayless train` whose rank 0 raises SIGTERM after a given micro-step (the Trainer's hook).
 set(trainer_env "${RAYLESS_MPI_ENV}")
+add_executable(train-until-signal ${CMAKE_CURRENT_LIST_DIR}/programs/train_until_signal.cpp)
+target_link_libraries(train-until-signal PRIVATE rayless_core)
+target_include_directories(train-until-signal PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_precompile_headers(train-until-signal REUSE_FROM rayless_base)
 add_test(NAME trainer-resume-mid-cycle-np2
-         COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> 2 2)
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal> 2 2)
 add_test(NAME trainer-resume-mid-accumulation-np2
-         COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> 2 3
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal> 2 3
                  --set train.gradient_accumulation_steps=2 --set grpo.num_iterations=1 --set grpo.steps_per_generation=2)
 add_test(NAME trainer-old-logprob-passes COMMAND ${CMAKE_CURRENT_LIST_DIR}/old_logprob_passes.sh $<TARGET_FILE:rayless>)
 add_test(NAME trainer-padding-free-same-metrics COMMAND ${CMAKE_CURRENT_LIST_DIR}/padding_free_same_metrics.sh $<TARGET_FILE:rayless>)
@@ -21,7 +26,8 @@ set_tests_properties(trainer-entropy-quantile-keeps-top-np2 PROPERTIES ENVIRONME
 add_test(NAME trainer-groups-span-ranks-np2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/groups_span_ranks.sh $<TARGET_FILE:rayless>)
 set_tests_properties(trainer-groups-span-ranks-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                      LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
-add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/world_size_and_store.sh $<TARGET_FILE:rayless>)
+add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/world_size_and_store.sh $<TARGET_FILE:rayless>
+         $<TARGET_FILE:train-until-signal>)
 set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                      LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 

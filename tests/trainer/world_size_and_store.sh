@@ -2,8 +2,9 @@
 # (1) A checkpoint at a generation-cycle boundary resumes with another world size (prompts reshard);
 # one taken mid-cycle is refused with exit 2 and a message naming the rank counts.
 # (2) The store a 2-rank run wrote: advantages recomputed from rewards_per_func equal the stored ones.
+# usage: world_size_and_store.sh RAYLESS TRAIN_UNTIL_SIGNAL
 set -uo pipefail
-rayless=$1
+rayless=$1; until_signal=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/rayless-ws.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -16,7 +17,7 @@ grep -q "resumed from .*step-00000002" "$work/b.log" && [ "$(cat "$work/a/checkp
   || { cat "$work/b.log"; echo "FAIL: 2 -> 1 rank resume at a cycle boundary"; exit 1; }
 echo "PASS: a 2-rank checkpoint at a cycle boundary resumed on 1 rank to step 4"
 
-RAYLESS_TEST_SIGNAL_AT_MICRO_STEP=1 mpi 2 "$rayless" train --config configs/ci-small.toml --output "$work/c" > "$work/c.log" 2>&1
+mpi 2 "$until_signal" --signal-at-micro-step 1 --config configs/ci-small.toml --output "$work/c" > "$work/c.log" 2>&1
 [ $? -eq 3 ] || { cat "$work/c.log"; echo "FAIL: signal run"; exit 1; }
 "$rayless" train --config configs/ci-small.toml --output "$work/c" --resume auto > "$work/d.log" 2>&1
 rc=$?

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side GRPO benchmark: TRL's GRPOTrainer vs rayless (1 and 2 ranks) on one shared setup.
 
-  compare.py run    prepares the shared setup (models written by `rayless init-model`, so both tools
+  compare.py run    prepares the shared setup (models written by `rayless-bench init-model`, so both tools
                     load identical weights and the same tokenizer.json), runs every (size, mu, tool)
                     and writes OUT/results.json
   compare.py report reads OUT/results.json and writes OUT/table.md and the reward plot (PNG)
@@ -94,7 +94,9 @@ def prepare_models(rayless, out, sizes):
         if os.path.exists(target):
             shutil.rmtree(target)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        cmd = [rayless, "init-model", "--config-json", os.path.join(HERE, "models", f"{size}.json"),
+        # init-model lives in rayless-bench, beside the trainer binary
+        bench = os.path.join(os.path.dirname(rayless), "rayless-bench")
+        cmd = [bench, "init-model", "--config-json", os.path.join(HERE, "models", f"{size}.json"),
                "--out", target, "--seed", "1234", "--tokenizer", "byte"]
         run_logged(cmd, os.path.join(out, "models", f"{size}.log"))
         models[size] = target

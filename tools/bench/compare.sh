@@ -5,7 +5,7 @@
 #   tools/bench/compare.sh [--threads N] [--sizes tiny,small] [--mus 1,4] [--tools trl,rayless-1-padded,rayless-1,rayless-2]
 #
 # It creates .venv-trl (trl, transformers, torch==2.13.0 CPU, matplotlib) when missing, builds
-# rayless when missing, writes the shared models with `rayless init-model`, runs every combination
+# rayless when missing, writes the shared models with `rayless-bench init-model`, runs every combination
 # (tiny ~5M and small ~53M parameters; mu = 1 and 4; TRL, rayless 1 rank with and without the packed
 # log-prob pass, rayless 2 ranks), and writes
 # runs/bench/results.json, runs/bench/table.md and docs/img/bench_trl_reward.png.
@@ -27,10 +27,10 @@ fi
 
 build_dir=${RAYLESS_BUILD_DIR:-build}
 rayless=${RAYLESS_BIN:-$build_dir/rayless}
-if [ ! -x "$rayless" ]; then
-  say "building rayless in $build_dir"
+if [ ! -x "$rayless" ] || [ ! -x "$(dirname "$rayless")/rayless-bench" ]; then
+  say "building rayless and rayless-bench in $build_dir"
   if [ -f "$build_dir/CMakeCache.txt" ]; then
-    cmake --build "$build_dir" --target rayless -j2
+    cmake --build "$build_dir" --target rayless rayless-bench -j2
   else
     RAYLESS_BUILD_DIR=$build_dir ./tools/setup.sh
   fi

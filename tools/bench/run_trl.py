@@ -23,7 +23,7 @@ import time
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="HF model directory written by `rayless init-model`")
+    p.add_argument("--model", required=True, help="HF model directory written by `rayless-bench init-model`")
     p.add_argument("--prompts", required=True, help="JSONL prompts with a 'prompt' field")
     p.add_argument("--output", required=True, help="run directory (metrics.jsonl goes here)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of this process")

@@ -20,12 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "rayless/base/choices.h"
+
 namespace rayless {
 
 struct AdvantageSettings {
   int64_t num_generations = 4;
-  std::string scale_rewards = "group";                        // group | batch | none
-  std::string multi_objective_aggregation = "sum_then_normalize";  // or normalize_then_sum
+  ScaleRewards scale_rewards = ScaleRewards::Group;
+  RewardAggregation multi_objective_aggregation = RewardAggregation::SumThenNormalize;
 };
 
 struct AdvantageOutput {
@@ -42,8 +44,8 @@ struct RewardMetrics {
   std::vector<double> function_mean, function_std;
 };
 
-// Throws InputError for a bad shape, N not divisible by num_generations, a weight count != K, or an
-// unknown scale_rewards / aggregation. Works in the input's floating dtype (weights cast to it).
+// Throws InputError for a bad shape, N not divisible by num_generations or a weight count != K.
+// Works in the input's floating dtype (weights cast to it).
 AdvantageOutput compute_advantages(const torch::Tensor& rewards_per_func, const std::vector<double>& reward_weights,
                                    const AdvantageSettings& settings);
 RewardMetrics reward_metrics(const torch::Tensor& rewards_per_func, const AdvantageOutput& advantages);
@@ -51,7 +53,6 @@ RewardMetrics reward_metrics(const torch::Tensor& rewards_per_func, const Advant
 // TRL's nanstd: NaN-ignoring, Bessel-corrected, of all elements (dim < 0) or along dim (kept).
 torch::Tensor nanstd(const torch::Tensor& values, int64_t dim = -1, bool all = true);
 
-// Validates names once (config check): InputError naming the key when unknown.
-void check_advantage_settings(const AdvantageSettings& settings);
+void check_advantage_settings(const AdvantageSettings& settings);  // num_generations >= 1
 
 }  // namespace rayless

@@ -4,7 +4,7 @@
 // The quantile follows torch.quantile (linear interpolation between order statistics) computed in
 // float32, as TRL does, but by selection (std::nth_element) rather than a full sort, so it has no
 // size limit. The pieces are exported separately so that the distributed version
-// (global_entropy_threshold in rayless/entropy_threshold.h) can find order statistics across ranks
+// (global_entropy_threshold in rayless/grpo/entropy_threshold.h) can find order statistics across ranks
 // and still produce the bit-identical float32 value:
 //
 //   QuantileRank r = quantile_rank(total_count, q);       // which order statistics, what weight

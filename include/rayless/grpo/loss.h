@@ -19,29 +19,31 @@
 #include <optional>
 #include <string>
 
+#include "rayless/base/choices.h"
+#include "rayless/base/config.h"
+
 namespace rayless {
 
-struct Config;
-
+// Defaults come from the config's own ([grpo] section), so a default lives in one place.
 struct LossSettings {
-  std::string loss_type = "dapo";                  // grpo | bnpo | dr_grpo | dapo | cispo | sapo | luspo
-  std::string importance_sampling_level = "token"; // token | sequence (GSPO)
-  double epsilon_low = 0.2;                         // ratio clipped below at 1 - epsilon_low
-  double epsilon_high = 0.2;                        // above at 1 + epsilon_high; cispo: ratio capped at epsilon_high
+  LossType loss_type = GrpoConfig{}.loss_type;
+  ImportanceSamplingLevel importance_sampling_level = GrpoConfig{}.importance_sampling_level;  // or Sequence (GSPO)
+  double epsilon_low = GrpoConfig{}.epsilon;                         // ratio clipped below at 1 - epsilon_low
+  double epsilon_high = GrpoConfig{}.epsilon;                        // above at 1 + epsilon_high; cispo: ratio capped at epsilon_high
   std::optional<double> delta;                      // upper cap on the unclipped ratio (two-sided clipping)
   double beta = 0.0;                                // k3 KL coefficient; needs ref_per_token_logps when != 0
-  bool use_bias_correction_kl = true;               // KL times the importance ratio (TRL's default)
+  bool use_bias_correction_kl = GrpoConfig{}.use_bias_correction_kl;  // KL times the importance ratio
   int64_t max_completion_length = 0;                // dr_grpo's normaliser
   int64_t gradient_accumulation_steps = 1;          // grpo/bnpo/dr_grpo/sapo/luspo divide by it
   int64_t steps_per_generation = 0;                 // dapo/cispo: x accumulation / steps_per_generation; 0 = accumulation
   int64_t num_processes = 1;                        // dapo/cispo: num_items_in_batch / num_processes
-  double sapo_temperature_pos = 1.0;
-  double sapo_temperature_neg = 1.05;
+  double sapo_temperature_pos = GrpoConfig{}.sapo_temperature_pos;
+  double sapo_temperature_neg = GrpoConfig{}.sapo_temperature_neg;
 };
 
 // From the [grpo]/[generation]/[train] keys; num_processes = world size.
 LossSettings loss_settings_from_config(const Config& config, int64_t num_processes);
-// InputError naming the key when a name is unknown or a value out of range.
+// InputError naming the key when a value is out of range.
 void check_loss_settings(const LossSettings& settings);
 
 struct LossInputs {

@@ -12,8 +12,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "rayless/error.h"
-#include "rayless/watchdog.h"
+#include "rayless/base/error.h"
+#include "rayless/runtime/runtime.h"
+#include "rayless/runtime/watchdog.h"
 
 namespace rayless {
 
@@ -114,36 +115,6 @@ class NcclCommunicator final : public Communicator {
     return output;
   }
 
-  std::vector<at::Tensor> allgather_variable(const at::Tensor& tensor) override {
-    if (!tensor.is_cuda()) return host_->allgather_variable(tensor);
-    runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
-    // counts over MPI (host integers), the padded data over NCCL, padding dropped by the counts
-    int64_t row_numel = 1;
-    for (int64_t d = 1; d < tensor.dim(); ++d) row_numel *= tensor.size(d);
-    at::Tensor meta = at::empty({2}, at::kLong);
-    meta[0].fill_(tensor.size(0));
-    meta[1].fill_(row_numel);
-    at::Tensor all_meta = host_->allgather(meta);
-    int64_t max_rows = 0;
-    for (int r = 0; r < size_; ++r) {
-      max_rows = std::max(max_rows, all_meta[r][0].item<int64_t>());
-      runtimeCheck(all_meta[r][1].item<int64_t>() == row_numel, "allgather_variable: rank ", r,
-                   " has another row size (all dimensions but the first must agree)");
-    }
-    std::vector<at::Tensor> result;
-    std::vector<int64_t> shape(tensor.sizes().begin(), tensor.sizes().end());
-    if (max_rows == 0) {
-      for (int r = 0; r < size_; ++r) result.push_back(at::empty(shape, tensor.options()));
-      return result;
-    }
-    shape[0] = max_rows;
-    at::Tensor padded = at::empty(shape, tensor.options());
-    if (tensor.size(0) > 0) padded.narrow(0, 0, tensor.size(0)).copy_(tensor);
-    at::Tensor gathered = allgather(padded);
-    for (int r = 0; r < size_; ++r) result.push_back(gathered[r].narrow(0, 0, all_meta[r][0].item<int64_t>()));
-    return result;
-  }
-
   void barrier() override {
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     host_->barrier();
@@ -171,5 +142,14 @@ std::string nccl_version_string() {
   // since NCCL 2.9 the code is major * 10000 + minor * 100 + patch
   return str(version / 10000, ".", (version / 100) % 100, ".", version % 100);
 }
+
+// Linked in (as objects, see CMakeLists.txt) only when CUDA is on: then distributed.backend = "nccl"
+// and "auto" on a CUDA device find it in the registry.
+namespace {
+const bool registered = register_communicator_backend(
+    {"nccl", true,
+     [](Runtime& runtime, torch::Device device) { return make_nccl_communicator(runtime.world(), device.index()); },
+     nccl_version_string});
+}  // namespace
 
 }  // namespace rayless

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "rayless/comm.h"
+#include "rayless/comm/communicator.h"
 
 namespace rayless {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <thread>
 
-#include "rayless/comm.h"
-#include "rayless/config.h"
-#include "rayless/error.h"
-#include "rayless/runtime.h"
-#include "rayless/watchdog.h"
+#include "rayless/comm/communicator.h"
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
+#include "rayless/runtime/runtime.h"
+#include "rayless/runtime/watchdog.h"
 
 using namespace rayless;
 

@@ -1,0 +1,200 @@
+// The typed configuration: TOML sections [model] [tokenizer] [data] [generation] [reward] [grpo]
+// [optim] [train] [checkpoint] [log] [distributed]. Key names follow TRL's GRPOConfig wherever one
+// exists. Every key is declared once in config_fields() (src/base/config.cpp) with its type, default,
+// allowed values and one line of documentation; loading, `--set`, `config show` and the docs check all
+// read that one table. docs/config.md must document every key (a test enforces it).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "rayless/base/choices.h"
+
+namespace toml {
+inline namespace v3 {
+class node;
+}
+}  // namespace toml
+
+namespace rayless {
+
+struct ModelConfig {
+  std::string path = "configs/models/tiny";  // HF model directory (config.json [+ safetensors])
+  ModelDtype dtype = ModelDtype::Float32;     // float16 on GPU only; float64 for reference checks
+  DeviceChoice device = DeviceChoice::Auto;
+  int64_t init_seed = 1234;                  // initialises weights when the directory has none
+};
+
+struct TokenizerConfig {
+  std::string path = "";                 // tokenizer.json; "" = the model directory's; "byte" = byte-level
+  std::string chat_template = "none";    // none | chatml | a string containing {prompt}
+  std::string system_prompt = "";        // system message for chatml ("" = none)
+};
+
+struct DataConfig {
+  std::string path = "data/demo/prompts.jsonl";
+  std::string prompt_field = "prompt";      // or messages_field for chat datasets
+  std::string messages_field = "messages";
+  bool shuffle = true;
+  bool skip_invalid = false;                // skip and count bad lines instead of failing
+  int64_t max_prompt_length = 256;          // tokens
+  PromptTruncation truncation = PromptTruncation::Error;  // or Left: keep the last max_prompt_length tokens
+};
+
+struct GenerationConfig {
+  int64_t max_completion_length = 512;           // TRL's GRPOConfig default
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;                        // 0 = off
+  double min_p = 0.0;                       // 0 = off
+  double repetition_penalty = 1.0;
+  std::vector<std::string> stop_strings;
+  std::vector<int64_t> eos_token_ids;       // empty = the tokenizer's / generation_config's
+};
+
+struct RewardConfig {
+  std::vector<std::string> functions = {"length"};  // length | format | answer | repetition | worker
+  std::vector<double> reward_weights;               // empty = all 1.0
+  int64_t length_target = 32;                       // length reward: -|target - len(completion)|
+  LengthUnit length_unit = LengthUnit::Tokens;
+  std::string format_pattern = "";                  // format reward: regex the completion must match
+  std::string answer_field = "answer";              // answer reward: dataset field to compare with
+  AnswerMode answer_mode = AnswerMode::Exact;
+  int64_t repetition_ngram = 3;                     // repetition penalty: n-gram size
+  std::string worker_command = "";                  // worker reward: command line of the worker
+  double worker_timeout_s = 60.0;
+  int64_t worker_batch_size = 0;                    // 0 = one JSON line per completion
+};
+
+struct GrpoConfig {
+  int64_t num_generations = 8;                     // TRL's GRPOConfig default
+  int64_t num_iterations = 1;                       // mu: optimisation passes per generation
+  int64_t steps_per_generation = 0;                 // 0 = from generation_batch_size, else gradient_accumulation_steps
+  int64_t generation_batch_size = 0;                // completions per generation, all ranks; 0 = derived
+  double beta = 0.0;                                // KL coefficient (k3 estimator)
+  double epsilon = 0.2;                             // lower clip: ratio >= 1 - epsilon
+  double epsilon_high = 0.0;                        // upper clip: ratio <= 1 + epsilon_high; 0 = epsilon
+  double delta = 0.0;                               // upper cap on the ratio (two-sided clipping); 0 = off
+  LossType loss_type = LossType::Dapo;
+  ScaleRewards scale_rewards = ScaleRewards::Group;
+  RewardAggregation multi_objective_aggregation = RewardAggregation::SumThenNormalize;
+  ImportanceSamplingLevel importance_sampling_level = ImportanceSamplingLevel::Token;
+  double top_entropy_quantile = 1.0;                // < 1: train only the highest-entropy tokens
+  EntropyThresholdMethod entropy_threshold_method = EntropyThresholdMethod::Gather;  // or Select (histograms)
+  bool mask_truncated_completions = false;
+  bool use_bias_correction_kl = true;               // KL term times the importance ratio (TRL's default)
+  double sapo_temperature_pos = 1.0;
+  double sapo_temperature_neg = 1.05;
+  bool sync_ref_model = false;
+  double ref_model_mixup_alpha = 0.6;
+  int64_t ref_model_sync_steps = 512;
+  int64_t logprob_chunk_size = 256;                 // positions per LM-head chunk in the fused path
+};
+
+struct OptimConfig {
+  double learning_rate = 1e-6;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double weight_decay = 0.0;
+  double max_grad_norm = 1.0;                       // 0 = no clipping
+  LrSchedule lr_scheduler_type = LrSchedule::Linear;
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;
+};
+
+struct TrainConfig {
+  int64_t max_steps = 20;                           // optimizer steps
+  int64_t seed = 42;
+  int64_t per_device_train_batch_size = 8;          // completions per rank per micro-step
+  int64_t gradient_accumulation_steps = 1;
+  bool bf16 = true;                                 // TRL's GRPOConfig default
+  bool gradient_checkpointing = true;               // TRL's GRPOConfig default
+  bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
+  std::string output_dir = "runs/default";
+  std::string replay_rollouts = "";                 // JSONL of prompts + completions to replay instead of sampling
+};
+
+struct CheckpointConfig {
+  int64_t save_steps = 500;                         // transformers' default; 0 = only at the end and on signal
+  int64_t keep_last = 2;
+  bool save_on_signal = true;
+};
+
+struct LogConfig {
+  int64_t logging_steps = 10;                       // TRL's GRPOConfig default
+  bool console = true;                              // one progress line per step on rank 0
+  LogLevel level = LogLevel::Info;
+};
+
+struct DistributedConfig {
+  std::string backend = "auto";                     // auto | mpi | nccl
+  double collective_timeout_s = 300.0;              // watchdog deadline per collective
+  int64_t threads_per_rank = 0;                     // 0 = cores on the node / ranks on the node
+  int64_t bucket_size_mb = 0;                       // gradient allreduce bucket size; 0 = by backend
+};
+
+struct Config {
+  ModelConfig model;
+  TokenizerConfig tokenizer;
+  DataConfig data;
+  GenerationConfig generation;
+  RewardConfig reward;
+  GrpoConfig grpo;
+  OptimConfig optim;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  DistributedConfig distributed;
+
+  // derived values, always consistent with the keys above
+  double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }
+  // micro-batches per rank in one generation, as TRL resolves it: steps_per_generation when set, else
+  // generation_batch_size / (per_device_train_batch_size x world_size) when set, else
+  // gradient_accumulation_steps. check_batch_geometry says what is wrong with a combination.
+  int64_t effective_steps_per_generation(int64_t world_size) const;
+  // completions per generation over all ranks: a whole number of groups (TRL's generation_batch_size)
+  int64_t global_generation_batch(int64_t world_size) const {
+    return train.per_device_train_batch_size * world_size * effective_steps_per_generation(world_size);
+  }
+};
+
+// One key of the table: everything loading, --set, show and the docs check need.
+struct ConfigField {
+  std::string name;       // "grpo.num_generations"
+  std::string type;       // bool | int | float | string | string list | int list | float list
+  std::string allowed;    // "1 <= n", "group | batch | none", ... ("" = any)
+  std::string doc;        // one line
+  std::function<void(Config&, const toml::node&, const std::string& where)> set;
+  std::function<std::string(const Config&)> show;  // TOML literal
+};
+
+const std::vector<ConfigField>& config_fields();
+
+// Loads a TOML file: unknown sections/keys (with "did you mean"), wrong types and out-of-range
+// values are InputErrors naming file, line and key. Then applies `overrides` ("section.key=value",
+// the value parsed as TOML, else taken as a string) and checks cross-field rules.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Defaults plus overrides, no file.
+Config config_from_overrides(const std::vector<std::string>& overrides);
+void apply_override(Config& config, const std::string& assignment);
+// Cross-field rules, one table: validation and the docs (`rayless config reference`) both read it.
+struct CrossFieldRule {
+  std::string rule;        // one line for docs/config.md
+  bool needs_world_size;   // checked at start (check_batch_geometry), when the ranks are known
+  std::function<std::string(const Config&, int64_t world_size)> violation;  // "" = kept, else the error
+};
+const std::vector<CrossFieldRule>& cross_field_rules();
+void validate_config(const Config& config);  // the rules that need no world size; throws InputError
+void check_batch_geometry(const Config& config, int64_t world_size);  // the others (TRL's batch checks)
+const std::vector<std::string>& known_reward_functions();  // reward.functions may name these
+std::string config_to_toml(const Config& config);  // resolved config, every key, with sections
+// Hash of the keys that decide what a generation step produces (model, tokenizer, data, generation,
+// reward, grpo.num_generations): a rollout store written under another hash is refused on reuse.
+std::string config_hash(const Config& config);
+
+// Closest valid key to `key` (edit distance), for "did you mean" messages; "" if nothing is close.
+std::string closest_config_key(const std::string& key);
+
+}  // namespace rayless

@@ -1,0 +1,171 @@
+// The policy: a decoder-only transformer for Qwen2/Qwen2.5, Qwen3 and Llama-style models, built from
+// an HF config.json. Parameter names equal the HF state dict (model.layers.N.self_attn.q_proj.weight,
+// ..., lm_head.weight), so loading and saving are a name-for-name mapping.
+#pragma once
+#include "rayless/base/choices.h"
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rayless {
+
+// The architecture fields of config.json that the model uses, validated.
+struct ModelArchConfig {
+  std::string model_type;  // qwen2 | qwen3 | llama
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double rope_linear_factor = 1.0;  // rope_scaling {"rope_type": "linear", "factor": f}
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;      // q/k/v bias (always on for qwen2)
+  bool o_proj_bias = false;         // llama/qwen3: = attention_bias; qwen2: never
+  bool qk_norm = false;             // qwen3
+  double initializer_range = 0.02;
+  std::optional<int64_t> bos_token_id, pad_token_id;
+  std::vector<int64_t> eos_token_ids;
+  nlohmann::json raw;               // the file as read, written back on save
+
+  // Unknown model_type or an unsupported field/value -> InputError naming `where` and the field.
+  static ModelArchConfig from_json(const nlohmann::json& json, const std::string& where);
+  nlohmann::json to_json() const;   // raw with the fields above written back
+  int64_t num_parameters() const;
+};
+ModelArchConfig load_model_config(const std::filesystem::path& model_dir);  // <dir>/config.json
+
+// Keys and values of every layer for incremental decoding; grows along time as tokens are appended.
+struct KVCache {
+  std::vector<torch::Tensor> keys, values;  // per layer [B, H_kv, capacity, D]
+  int64_t length = 0;                       // positions filled
+  int64_t capacity_hint = 0;                // preallocate this many positions on first use (0 = exact)
+  // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D].
+  std::pair<torch::Tensor, torch::Tensor> append(size_t layer, const torch::Tensor& k, const torch::Tensor& v);
+  // Keeps only rows `index` (e.g. repeating prompts for several generations).
+  void select_rows(const torch::Tensor& index);
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+struct RotaryTables {  // cos/sin [B, T, D] in the compute dtype
+  torch::Tensor cos, sin;
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelArchConfig& c);
+  // mask: bool [B, 1, T, S] (true = may attend), S = past + T. x is [B, T, H], or, when token_index
+  // (flat positions of [B, T]) is defined, [N, H] holding only those positions: the projections then
+  // run on the N tokens alone and only the attention itself sees the padded [B, T] layout.
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
+                        KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  int64_t num_heads, num_kv_heads, head_dim;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelArchConfig& c);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelArchConfig& c);
+  torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
+                        KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// "model" in the HF state dict: embeddings, layers, final norm.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelArchConfig& c);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  explicit CausalLMImpl(ModelArchConfig config);
+
+  // Final-normed hidden states [B, T, H]. input_ids [B, T] (left-padded); attention_mask [B, S] with
+  // S = cache length + T (1 = real token; undefined = all ones); position_ids [B, T] (undefined =
+  // cumsum(mask) - 1 over the whole mask, as transformers does). With a cache the new keys/values are
+  // appended to it (differentiably: a cache built with grad enabled carries gradients back to the
+  // pass that filled it). token_index (int64, flat positions of [B, T]) computes only those positions
+  // and returns [N, H] in that order; positions left out are neither computed nor appended to a cache
+  // in any usable way, so leave out only positions no later token needs (padding, the tail).
+  torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                               const torch::Tensor& position_ids = {}, KVCache* cache = nullptr,
+                               const torch::Tensor& token_index = {});
+  torch::Tensor logits(const torch::Tensor& hidden);  // hidden @ lm_head_weight^T, [.., V]
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
+  torch::Tensor lm_head_weight() const;  // [V, H]; the embedding when tied
+
+  // Recompute each layer in backward instead of keeping its activations (training only).
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+
+  // HF init: normal(0, initializer_range) for linear and embedding weights, zero biases, unit norms.
+  void init_weights(uint64_t seed);
+  // name-for-name copy from an HF state dict (dtype converted). Missing or mis-shaped tensors and
+  // unknown names are InputErrors naming `where`.
+  void load_state(const std::map<std::string, torch::Tensor>& tensors, const std::string& where);
+  // The HF state dict (lm_head.weight left out when tied, as transformers saves it).
+  std::vector<std::pair<std::string, torch::Tensor>> hf_state() const;
+
+  const ModelArchConfig& config() const { return config_; }
+  torch::Dtype dtype() const;
+  torch::Device device() const;
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tied
+
+ private:
+  RotaryTables rotary(const torch::Tensor& position_ids, torch::Dtype dtype) const;
+  ModelArchConfig config_;
+  bool gradient_checkpointing_ = false;
+  mutable torch::Tensor inv_freq_;  // RoPE inverse frequencies [D/2], float32, on the last device used
+};
+TORCH_MODULE(CausalLM);
+
+// Position ids as transformers computes them from a left-padded mask: cumsum(mask) - 1, 1 at padding.
+torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);
+torch::Dtype torch_dtype_of(ModelDtype dtype);
+
+// Pads prompts on the left: ids [B, P] and mask [B, P] (int64).
+std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t pad_id);
+
+}  // namespace rayless

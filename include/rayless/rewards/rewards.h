@@ -1,0 +1,98 @@
+// Reward functions: built-ins (length, format, answer, repetition) and external worker processes,
+// combined in a RewardSet that scores a batch of completions into rewards_per_func [N, K] (float64,
+// NaN = no score; the GRPO core leaves NaN out of sums and statistics). Metric names derive from
+// names(): rewards/NAME/mean and rewards/NAME/std.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rayless/base/choices.h"
+
+namespace rayless {
+
+struct Config;
+
+// One reward function: scores completions; the vectors all have the same length N.
+class RewardFunction {
+ public:
+  virtual ~RewardFunction() = default;
+  virtual std::string name() const = 0;
+  // One score per completion; NaN = no score.
+  virtual std::vector<double> score(const std::vector<std::string>& prompts,
+                                    const std::vector<std::string>& completions,
+                                    const std::vector<int64_t>& completion_token_counts,
+                                    const std::vector<nlohmann::json>& rows) = 0;
+};
+
+// Built-ins, usable on their own (tests, tools). Each is documented in docs/rewards.md.
+// -|target - len(completion)|, len in tokens (the counts given) or in Unicode code points.
+double length_reward(const std::string& completion, int64_t token_count, int64_t target, LengthUnit unit);
+// Fraction of repeated word n-grams, negated: -(1 - distinct / total); 0 when fewer than n words.
+double repetition_penalty(const std::string& completion, int64_t ngram);
+// exact: trimmed completion == trimmed expected; numeric: the last number in the completion equals
+// the expected number (relative tolerance 1e-6). 1 or 0.
+double answer_reward(const std::string& completion, const std::string& expected, AnswerMode mode);
+// The expected answer of a dataset row as text (a string field as is, a number in JSON form);
+// InputError when the row lacks the field.
+std::string answer_text(const nlohmann::json& row, const std::string& field);
+
+class RewardSet {
+ public:
+  // Builds the functions named in config.reward.functions (worker processes start here, one per
+  // rank; `rank` goes to the worker as RAYLESS_RANK). Bad settings are InputErrors.
+  RewardSet(const Config& config, int rank = 0);
+  ~RewardSet();
+  RewardSet(const RewardSet&) = delete;
+  RewardSet& operator=(const RewardSet&) = delete;
+
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<double>& weights() const { return weights_; }  // reward_weights, default 1
+  size_t size() const { return functions_.size(); }
+
+  // rows[i] is the dataset row (PromptRow::fields) of completion i -> [N, K] float64.
+  torch::Tensor score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
+                      const std::vector<int64_t>& completion_token_counts,
+                      const std::vector<nlohmann::json>& rows);
+
+ private:
+  std::vector<std::unique_ptr<RewardFunction>> functions_;
+  std::vector<std::string> names_;
+  std::vector<double> weights_;
+};
+
+// A reward worker: a long-running process started with /bin/sh -c COMMAND that reads one JSON
+// request per line on stdin and answers one JSON line per request on stdout (protocol in
+// docs/rewards.md). Exits, hangs (timeout_s without an answer) and garbage answers are errors that
+// name the command; the process is stopped when the object goes away.
+class RewardWorker : public RewardFunction {
+ public:
+  RewardWorker(std::string command, double timeout_s, int64_t batch_size, int rank = 0);
+  ~RewardWorker() override;
+  std::string name() const override { return "worker"; }
+  std::vector<double> score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
+                            const std::vector<int64_t>& completion_token_counts,
+                            const std::vector<nlohmann::json>& rows) override;
+  int pid() const { return pid_; }
+
+ private:
+  // Sends the lines (each ends in '\n') and returns exactly lines.size() answer lines.
+  std::vector<std::string> exchange(const std::vector<std::string>& lines);
+  [[noreturn]] void fail_exited(const std::string& during);
+  void stop();
+
+  std::string command_;
+  double timeout_s_;
+  int64_t batch_size_;
+  int pid_ = -1;
+  int group_ = -1;        // its process group (= its pid), killed as a whole on stop
+  int to_worker_ = -1;    // worker's stdin
+  int from_worker_ = -1;  // worker's stdout
+  std::string pending_;   // bytes read past the last complete line
+};
+
+}  // namespace rayless

@@ -1,0 +1,147 @@
+// `rayless train`: the GRPO loop of TRL's GRPOTrainer, SPMD over MPI ranks. Trainer::run reads as the
+// loop itself; each step is one call into the module that owns it (prompts, sampler, rewards, grpo,
+// rollout store, optimizer, step metrics, trainer state). The class is public so tests drive it,
+// with hooks passed in.
+//
+// Counting follows TRL: a micro-step is one forward/backward over per_device_train_batch_size
+// completions; an optimizer step takes gradient_accumulation_steps micro-steps; a generation gives each
+// rank steps_per_generation micro-batches and is reused for num_iterations (μ) passes, so a new
+// generation starts every steps_per_generation x μ micro-steps.
+#pragma once
+#include <torch/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rayless/base/config.h"
+#include "rayless/grpo/logprobs.h"
+#include "rayless/grpo/loss.h"
+#include "rayless/model/model.h"
+#include "rayless/prompts/dataset.h"
+#include "rayless/prompts/sharding.h"
+#include "rayless/rollout/rollout_batch.h"
+#include "rayless/sampler/sampler.h"
+#include "rayless/trainer/metrics.h"
+
+namespace rayless {
+
+class Communicator;
+class DataParallel;
+class MetricsLog;
+class Optimizer;
+class ReplaySource;
+class RewardSet;
+class Runtime;
+class Tokenizer;
+struct AdvantageOutput;
+
+struct TrainOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::string output_dir;              // --output (empty = train.output_dir)
+  std::string resume;                  // --resume auto|PATH (empty = fresh start)
+};
+
+// Called on every rank after each micro-step (micro_step = completed micro-steps), before the ranks
+// agree on a stop: tests raise a signal here to checkpoint at an exact place.
+struct TrainerHooks {
+  std::function<void(int64_t micro_step)> after_micro_step;
+};
+
+class Trainer {
+ public:
+  Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hooks = {});
+  ~Trainer();
+  // Trains until train.max_steps or a stop signal: kExitOk when done, kExitCheckpointedOnSignal after
+  // a signal checkpoint. Collective: every rank calls it.
+  int run();
+
+ private:
+  // One generation on this rank: its rows, the order micro-batches take them in, and its metrics.
+  struct Generation {
+    RolloutBatch rows;
+    torch::Tensor order;  // [N] micro-batch i = rows order[iB:(i+1)B] (TRL shuffles, then splits)
+    StepMetrics metrics;  // empty when read back from the store
+  };
+  // Prompts and completions of one generation before scoring.
+  struct Drawn {
+    RolloutBatch rows;  // prompt_ids, group_index, completion ids/mask/lengths/truncated
+    std::vector<std::string> prompt_texts;
+    std::vector<nlohmann::json> fields;  // dataset rows (for rewards)
+    GenerationOutput sampled;            // the sampler's log-probs and entropies (undefined when replayed)
+  };
+
+  // generation (trainer_generation.cpp)
+  Generation generate_and_score(int64_t generation_step);
+  Drawn draw_sampled(int64_t generation_step);
+  Drawn draw_replayed(int64_t generation_step);
+  void add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where);
+  torch::Tensor score(const Drawn& drawn);
+  void old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropies);
+  Generation reload_generation(int64_t generation_step);
+  torch::Tensor micro_batch_order(int64_t generation_step, int64_t rows) const;
+  LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                       const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
+                                       int64_t prompt_width);
+
+  // training (trainer.cpp)
+  StepMetrics train_micro_batch(const Generation& generation, int64_t micro_index);
+  torch::Tensor entropy_mask_of(const torch::Tensor& entropies, const torch::Tensor& mask, int64_t generation_step,
+                                StepMetrics& metrics);
+  StepMetrics finish_optimizer_step(std::vector<StepMetrics>& micro, std::vector<StepMetrics>& generations);
+  void sync_reference_model();
+  bool stop_for_signal();
+
+  // checkpoints (trainer_checkpoint.cpp)
+  void save(bool at_optimizer_boundary);
+  void restore(const std::filesystem::path& checkpoint);
+
+  Runtime& runtime_;
+  TrainOptions options_;
+  TrainerHooks hooks_;
+  Config cfg_;
+  std::filesystem::path output_dir_;
+  torch::Device device_ = torch::kCPU;
+  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Tokenizer> tokenizer_;
+  CausalLM policy_{nullptr};
+  CausalLM reference_{nullptr};
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DataParallel> data_parallel_;
+  PromptDataset dataset_;
+  std::unique_ptr<RewardSet> rewards_;
+  std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
+  std::unique_ptr<MetricsLog> metrics_log_;
+  ShardSpec shard_spec_;  // the whole generation batch of prompts; each rank takes its completions
+  std::string config_hash_;
+  LossSettings loss_settings_;
+
+  // progress (what a checkpoint stores)
+  int64_t optimizer_step_ = 0;           // completed optimizer steps
+  int64_t micro_step_ = 0;               // completed micro-steps
+  int64_t num_tokens_ = 0;               // prompt + completion tokens seen, all ranks (TRL's num_tokens)
+  float step_loss_float32_ = 0.0f;       // this rank's loss summed over the step's micro-steps (transformers')
+  int64_t last_saved_micro_step_ = -1;
+
+  // derived once
+  int64_t steps_per_generation_ = 1;
+  int64_t micro_steps_per_cycle_ = 1;  // steps_per_generation x μ
+  bool needs_old_logps_ = false;       // TRL: only when the policy can change within a cycle
+  torch::Dtype logp_dtype_ = torch::kFloat32;  // log-probs, entropies, the loss: float64 with a float64 model
+
+  // per-step measurements
+  int64_t old_logprob_passes_ = 0;
+  double sampling_seconds_ = 0, allreduce_seconds_ = 0, optimizer_seconds_ = 0;
+  double generation_seconds_ = 0, train_seconds_ = 0;
+  std::chrono::steady_clock::time_point run_start_, step_start_;
+  int64_t first_step_ = 0;  // the optimizer step this process started at (for the ETA)
+};
+
+// Trainer(runtime, options).run()
+int run_training(Runtime& runtime, const TrainOptions& options);
+
+}  // namespace rayless

@@ -1,0 +1,43 @@
+// What a checkpoint records about progress (trainer_state.json on rank 0, rank-R.json per rank), as
+// structs that convert themselves to and from JSON and check whether they can resume a run.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "rayless/prompts/sharding.h"
+
+namespace rayless {
+
+struct TrainerState {
+  int64_t optimizer_step = 0;  // completed optimizer steps
+  int64_t micro_step = 0;      // completed micro-steps
+  int64_t num_tokens = 0;      // prompt + completion tokens seen, all ranks (TRL's num_tokens)
+  int64_t world_size = 1;
+  int64_t seed = 0;
+  std::string config_hash;
+  std::string tokenizer_hash;
+  // for people reading the file: where the data and the generation cycle stand
+  ShardCursor data_cursor;
+  int64_t generation_step = 0;
+  int64_t iteration = 0;    // μ pass within the cycle
+  int64_t micro_batch = 0;  // micro-batch within the pass
+
+  nlohmann::json to_json() const;
+  static TrainerState from_json(const nlohmann::json& json, const std::string& where);
+  // InputError naming `where` when this state cannot resume here: another world size or config in
+  // the middle of a generation cycle or accumulation, or a step beyond max_micro_steps.
+  void check_resumable(const std::string& where, int64_t world_size, const std::string& config_hash,
+                       bool mid_cycle, bool mid_accumulation, int64_t max_micro_steps, int64_t max_steps) const;
+};
+
+struct RankState {
+  int64_t rank = 0;
+  bool has_accumulated_gradients = false;  // a checkpoint between optimizer steps keeps them
+  float step_loss_float32 = 0.0f;          // the logged loss's running total within the step
+  nlohmann::json to_json(int64_t seed) const;
+  static RankState from_json(const nlohmann::json& json);
+};
+
+}  // namespace rayless

@@ -1,0 +1,84 @@
+#include "rayless/prompts/dataset.h"
+
+#include <fstream>
+
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
+
+namespace rayless {
+
+std::string parse_prompt_row(const nlohmann::json& object, const std::string& prompt_field,
+                      const std::string& messages_field, PromptRow& row) {
+  if (!object.is_object()) return "expected a JSON object";
+  auto prompt = object.find(prompt_field);
+  if (prompt != object.end()) {
+    if (!prompt->is_string()) return str("field \"", prompt_field, "\" must be a string");
+    row.prompt = prompt->get<std::string>();
+    if (row.prompt.empty()) return str("field \"", prompt_field, "\" is empty");
+    return "";
+  }
+  auto messages = object.find(messages_field);
+  if (messages == object.end())
+    return str("no \"", prompt_field, "\" string and no \"", messages_field, "\" list");
+  if (!messages->is_array() || messages->empty())
+    return str("field \"", messages_field, "\" must be a non-empty list of {role, content}");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const nlohmann::json& m = (*messages)[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string())
+      return str("field \"", messages_field, "\" item ", i, " must be {\"role\": string, \"content\": string}");
+  }
+  row.messages = *messages;
+  return "";
+}
+
+PromptDataset load_prompt_dataset(const std::string& path, const std::string& prompt_field,
+                                  const std::string& messages_field, bool skip_invalid) {
+  std::ifstream in(path, std::ios::binary);
+  inputCheck(in.good(), path, ": cannot open prompt dataset (data.path)");
+  PromptDataset dataset;
+  dataset.path = path;
+  std::string text;
+  int64_t line = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) continue;
+    PromptRow row;
+    row.line = line;
+    std::string problem;
+    try {
+      row.fields = nlohmann::json::parse(text);
+      problem = parse_prompt_row(row.fields, prompt_field, messages_field, row);
+    } catch (const nlohmann::json::parse_error& e) {
+      std::string what = e.what();
+      if (auto colon = what.find("parse error"); colon != std::string::npos) what = what.substr(colon);
+      problem = "not valid JSON (" + what + ")";
+    }
+    if (problem.empty()) {
+      dataset.rows.push_back(std::move(row));
+      continue;
+    }
+    const std::string message = str(path, ":", line, ": ", problem);
+    inputCheck(skip_invalid, message, " (set data.skip_invalid = true to skip bad lines)");
+    if (dataset.skipped_lines++ == 0) dataset.first_skip_reason = message;
+  }
+  inputCheck(!dataset.rows.empty(), path, ": no usable prompt in ", line, " lines",
+             dataset.skipped_lines ? str(" (", dataset.skipped_lines, " skipped; first: ", dataset.first_skip_reason, ")")
+                                   : std::string());
+  return dataset;
+}
+
+PromptDataset load_prompt_dataset(const DataConfig& config) {
+  return load_prompt_dataset(config.path, config.prompt_field, config.messages_field, config.skip_invalid);
+}
+
+std::vector<int64_t> truncate_prompt_ids(const std::vector<int64_t>& ids, int64_t max_length,
+                                         PromptTruncation truncation, const std::string& where) {
+  if (static_cast<int64_t>(ids.size()) <= max_length) return ids;
+  inputCheck(truncation == PromptTruncation::Left, where, ": prompt has ", ids.size(), " tokens, more than data.max_prompt_length = ",
+             max_length, " (raise it or set data.truncation = \"left\")");
+  return std::vector<int64_t>(ids.end() - max_length, ids.end());
+}
+
+}  // namespace rayless

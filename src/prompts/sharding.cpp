@@ -1,0 +1,101 @@
+#include "rayless/prompts/sharding.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "rayless/base/error.h"
+
+namespace rayless {
+
+std::vector<int64_t> epoch_order(int64_t num_prompts, uint64_t seed, int64_t epoch, bool shuffle) {
+  std::vector<int64_t> order(num_prompts);
+  if (!shuffle) {
+    for (int64_t i = 0; i < num_prompts; ++i) order[i] = i;
+    return order;
+  }
+  // one generator per (seed), one draw per epoch: remember the last epoch so that consecutive
+  // steps do not replay all earlier draws
+  static std::mutex mutex;
+  static struct {
+    bool valid = false;
+    uint64_t seed = 0;
+    int64_t n = 0, epoch = -1;
+    at::Generator generator;
+    std::vector<int64_t> order;
+  } memo;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!memo.valid || memo.seed != seed || memo.n != num_prompts || memo.epoch > epoch) {
+    memo.valid = true;
+    memo.seed = seed;
+    memo.n = num_prompts;
+    memo.epoch = -1;
+    memo.generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  }
+  while (memo.epoch < epoch) {
+    torch::Tensor perm = torch::randperm(num_prompts, memo.generator, torch::kInt64);
+    memo.order.assign(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + num_prompts);
+    ++memo.epoch;
+  }
+  return memo.order;
+}
+
+namespace {
+void check_spec(const ShardSpec& spec) {
+  inputCheck(spec.num_prompts > 0, "data: the dataset has no prompts");
+  inputCheck(spec.prompts_per_rank > 0 && spec.world_size > 0, "sharding: prompts_per_rank and world_size must be positive");
+  const int64_t global = spec.prompts_per_rank * spec.world_size;
+  inputCheck(!spec.drop_incomplete || global <= spec.num_prompts, "data: the dataset has ", spec.num_prompts,
+             " prompts but one generation step needs ", global, " (", spec.prompts_per_rank, " per rank x ",
+             spec.world_size, " ranks)");
+}
+
+// With drop_incomplete, a cursor whose batch would not fit in the epoch moves to the next epoch.
+ShardCursor normalise(const ShardSpec& spec, ShardCursor cursor) {
+  const int64_t global = spec.prompts_per_rank * spec.world_size;
+  if (spec.drop_incomplete ? cursor.offset + global > spec.num_prompts : cursor.offset >= spec.num_prompts) {
+    cursor.epoch += 1;
+    cursor.offset = 0;
+  }
+  return cursor;
+}
+}  // namespace
+
+PromptShard shard_prompts(const ShardSpec& spec, int rank, ShardCursor cursor) {
+  check_spec(spec);
+  inputCheck(rank >= 0 && rank < spec.world_size, "sharding: rank ", rank, " outside world size ", spec.world_size);
+  inputCheck(cursor.epoch >= 0 && cursor.offset >= 0 && cursor.offset <= spec.num_prompts,
+             "sharding: invalid cursor (epoch ", cursor.epoch, ", offset ", cursor.offset, ")");
+  const int64_t global = spec.prompts_per_rank * spec.world_size;
+  PromptShard shard;
+  shard.cursor = normalise(spec, cursor);
+  // walk the global batch; this rank's slice is [rank * P, (rank + 1) * P) of it
+  ShardCursor at = shard.cursor;
+  std::vector<int64_t> order = epoch_order(spec.num_prompts, spec.seed, at.epoch, spec.shuffle);
+  const int64_t first = int64_t{rank} * spec.prompts_per_rank;
+  for (int64_t i = 0; i < global; ++i) {
+    if (at.offset == spec.num_prompts) {  // only without drop_incomplete: continue in the next epoch
+      at = {at.epoch + 1, 0};
+      order = epoch_order(spec.num_prompts, spec.seed, at.epoch, spec.shuffle);
+    }
+    if (i >= first && i < first + spec.prompts_per_rank) shard.rows.push_back(order[at.offset]);
+    ++at.offset;
+  }
+  shard.next = normalise(spec, at);
+  return shard;
+}
+
+ShardCursor cursor_at_step(const ShardSpec& spec, int64_t step) {
+  check_spec(spec);
+  inputCheck(step >= 0, "sharding: negative step ", step);
+  const int64_t global = spec.prompts_per_rank * spec.world_size;
+  if (spec.drop_incomplete) {
+    const int64_t per_epoch = spec.num_prompts / global;
+    return {step / per_epoch, (step % per_epoch) * global};
+  }
+  const int64_t consumed = step * global;
+  return normalise(spec, {consumed / spec.num_prompts, consumed % spec.num_prompts});
+}
+
+}  // namespace rayless

@@ -1,0 +1,261 @@
+// A generation, as the trainer's table of contents: draw prompts and completions (sampled, or
+// replayed from a file), score them, advantages over the whole batch, old/reference log-probs, the
+// store. Each step is one call into the module that owns it.
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include "rayless/base/log.h"
+#include "rayless/comm/communicator.h"
+#include "rayless/grpo/advantages.h"
+#include "rayless/model/completion_logprobs.h"
+#include "rayless/model/tokenizer.h"
+#include "rayless/prompts/prompt_builder.h"
+#include "rayless/rewards/rewards.h"
+#include "rayless/rollout/replay.h"
+#include "rayless/rollout/rollout_store.h"
+#include "rayless/runtime/runtime.h"
+#include "rayless/trainer/step_metrics.h"
+#include "rayless/trainer/trainer.h"
+#include "trainer/trainer_internal.h"
+
+namespace rayless {
+
+using namespace trainer_detail;
+
+namespace {
+
+// RAII bfloat16 autocast on CPU/CUDA for the forward pass (train.bf16); fp32 master weights.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, torch::Device device) : enabled_(enabled), type_(device.type()) {
+    if (!enabled_) return;
+    previous_ = at::autocast::is_autocast_enabled(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, previous_);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool enabled_;
+  bool previous_ = false;
+  at::DeviceType type_;
+};
+
+}  // namespace
+
+Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
+  Drawn drawn = replay_ ? draw_replayed(generation_step) : draw_sampled(generation_step);
+  // rewards of every function, then advantages over the whole global batch: TRL gathers the table
+  // (in float32), so a group may span ranks and every rank holds the same advantages
+  const torch::Tensor rewards_per_func = score(drawn);
+  Generation generation;
+  RolloutBatch& rows = generation.rows;
+  rows = std::move(drawn.rows);
+  if (cfg_.grpo.mask_truncated_completions)
+    rows.completion_mask = rows.completion_mask * (~rows.truncated).unsqueeze(1).to(torch::kFloat32);
+  generation.order = micro_batch_order(generation_step, rows.size());
+
+  const torch::Tensor all_rewards_per_func = torch::cat(comm_->allgather_variable(rewards_per_func), 0);
+  AdvantageSettings settings{cfg_.grpo.num_generations, cfg_.grpo.scale_rewards, cfg_.grpo.multi_objective_aggregation};
+  const AdvantageOutput all = compute_advantages(all_rewards_per_func, rewards_->weights(), settings);
+  const int64_t first_row = runtime_.rank() * rows.size();  // every rank holds the same number of rows
+  rows.advantages = all.advantages.slice(0, first_row, first_row + rows.size());
+
+  torch::Tensor entropies = drawn.sampled.entropies;  // the sampler's, unless the old-log-prob pass runs
+  old_and_reference_logps(rows, entropies);
+  rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.completion_mask.sum().item<double>()));
+  generation.metrics = generation_metrics(*comm_, rows, all_rewards_per_func, all, rewards_->names(), num_tokens_);
+
+  // the store: what this rank generated, for μ > 1 reuse, resume and inspection
+  RolloutExtras extras{rewards_per_func, all.rewards.slice(0, first_row, first_row + rows.size()), entropies,
+                       drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor()};
+  RolloutAttrs attrs;
+  attrs.world_size = runtime_.size();
+  attrs.num_generations = cfg_.grpo.num_generations;
+  attrs.reward_names = rewards_->names();
+  attrs.reward_weights = rewards_->weights();
+  attrs.config_hash = config_hash_;
+  attrs.tokenizer_hash = tokenizer_->hash();
+  attrs.tokenizer = cfg_.tokenizer.path.empty() ? (std::filesystem::path(cfg_.model.path) / "tokenizer.json").string()
+                                                : cfg_.tokenizer.path;
+  attrs.numbers["old_logps_are_sampling_logps"] = rows.old_logps.defined() ? 0.0 : 1.0;
+  attrs.numbers["num_items_in_batch"] = static_cast<double>(rows.num_items_in_batch);
+  attrs.numbers["temperature"] = cfg_.generation.temperature;
+  attrs.numbers["completion_width"] = static_cast<double>(rows.completion_ids.size(1));
+  attrs.numbers["beta"] = cfg_.grpo.beta;
+  write_rollouts((output_dir_ / "rollouts").string(), pack_rollouts(rows, runtime_.rank(), extras), attrs);
+  return generation;
+}
+
+// This rank's slice of the generation batch, as TRL's RepeatSampler and accelerate lay it out: the
+// global batch of prompts (each repeated num_generations times, consecutively) cut into equal
+// per-rank slices of per_device_train_batch_size x steps_per_generation completions. Groups are whole
+// on a rank when that count is a multiple of num_generations, else they may span ranks.
+Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
+  const int rank = runtime_.rank();
+  const int64_t G = cfg_.grpo.num_generations;
+  const int64_t N = cfg_.train.per_device_train_batch_size * steps_per_generation_;
+  const PromptShard shard = shard_prompts(shard_spec_, 0, cursor_at_step(shard_spec_, generation_step));
+  Drawn drawn;
+  std::vector<std::vector<int64_t>> unique_prompts;  // one per group present on this rank
+  for (int64_t i = rank * N; i < (rank + 1) * N; ++i) {
+    const int64_t dataset_row = shard.rows[static_cast<size_t>(i / G)];
+    const PromptRow& row = dataset_.rows[static_cast<size_t>(dataset_row)];
+    add_prompt(drawn, row, str(dataset_.path, ":", row.line));
+    drawn.rows.group_index.push_back(dataset_row);
+    if (i % G == 0) unique_prompts.push_back(drawn.rows.prompt_ids.back());
+  }
+
+  // one batched, KV-cached pass: G samples per prompt when the groups are whole here, else one per row
+  const bool whole_groups = (rank * N) % G == 0 && N % G == 0;
+  SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
+  params.num_generations = whole_groups ? G : 1;
+  params.return_logprobs = !needs_old_logps_;
+  torch::Generator generator = stream_generator(cfg_.train.seed, rank, generation_step, "sample");
+  policy_->eval();
+  const auto start = Clock::now();
+  drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
+  sampling_seconds_ += seconds_since(start);
+  policy_->train();
+  RolloutBatch& rows = drawn.rows;
+  rows.generation_step = generation_step;
+  rows.completion_ids = drawn.sampled.completion_ids.to(torch::kCPU);
+  rows.truncated = drawn.sampled.truncated.to(torch::kCPU).to(torch::kBool);
+  rows.raw_lengths = drawn.sampled.completion_mask.sum(1).to(torch::kInt64).cpu();
+  rows.completion_mask = drawn.sampled.completion_mask.to(torch::kFloat32).cpu();
+  return drawn;
+}
+
+// A replayed generation (train.replay_rollouts): prompts built by rayless from the dataset rows and
+// checked against the file's tokens, completions as the file has them.
+Trainer::Drawn Trainer::draw_replayed(int64_t generation_step) {
+  const ReplayedGeneration& g = replay_->at(generation_step, runtime_.rank());
+  const int64_t N = static_cast<int64_t>(g.rows.size());
+  inputCheck(N == cfg_.train.per_device_train_batch_size * steps_per_generation_, g.where, ": ", N,
+             " rows, but one generation of this config has per_device_train_batch_size x steps_per_generation = ",
+             cfg_.train.per_device_train_batch_size * steps_per_generation_, " per rank");
+  Drawn drawn;
+  for (int64_t i = 0; i < N; ++i) {
+    PromptRow row;
+    row.fields = g.rows[static_cast<size_t>(i)];
+    const std::string problem = parse_prompt_row(row.fields, cfg_.data.prompt_field, cfg_.data.messages_field, row);
+    inputCheck(problem.empty(), g.where, ": row ", i, ": ", problem);
+    add_prompt(drawn, row, str(g.where, " row ", i));
+    drawn.rows.group_index.push_back((runtime_.rank() * N + i) / cfg_.grpo.num_generations);
+    if (!g.prompt_ids.empty())
+      inputCheck(drawn.rows.prompt_ids.back() == g.prompt_ids[static_cast<size_t>(i)], g.where, ": row ", i,
+                 ": the file's prompt_ids differ from rayless's tokens of the prompt (",
+                 g.prompt_ids[static_cast<size_t>(i)].size(), " tokens vs ", drawn.rows.prompt_ids.back().size(),
+                 "): check the tokenizer and chat template");
+  }
+  // right-padded; a completion ended when its last token is EOS or padding, else it is truncated (TRL)
+  int64_t width = 0;
+  for (const auto& c : g.completion_ids) width = std::max<int64_t>(width, static_cast<int64_t>(c.size()));
+  const SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
+  RolloutBatch& rows = drawn.rows;
+  rows.generation_step = generation_step;
+  rows.completion_ids = torch::full({N, width}, params.pad_id, torch::kInt64);
+  rows.completion_mask = torch::zeros({N, width}, torch::kFloat32);
+  rows.truncated = torch::zeros({N}, torch::kBool);
+  rows.raw_lengths = torch::zeros({N}, torch::kInt64);
+  for (int64_t i = 0; i < N; ++i) {
+    const auto& c = g.completion_ids[static_cast<size_t>(i)];
+    const int64_t length = static_cast<int64_t>(c.size());
+    rows.completion_ids[i].slice(0, 0, length).copy_(torch::tensor(c, torch::kInt64));
+    rows.completion_mask[i].slice(0, 0, length).fill_(1);
+    rows.raw_lengths[i] = length;
+    const bool ended = c.back() == params.pad_id ||
+                       std::find(params.eos_ids.begin(), params.eos_ids.end(), c.back()) != params.eos_ids.end();
+    rows.truncated[i] = !ended;
+  }
+  return drawn;
+}
+
+void Trainer::add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where) {
+  PromptTokens prompt =
+      build_prompt(row, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation, where);
+  drawn.rows.prompt_ids.push_back(std::move(prompt.ids));
+  drawn.prompt_texts.push_back(std::move(prompt.text));
+  drawn.fields.push_back(row.fields);
+}
+
+// [N, K] rewards of this rank's completions, in float32 as TRL holds them.
+torch::Tensor Trainer::score(const Drawn& drawn) {
+  const RolloutBatch& rows = drawn.rows;
+  std::vector<std::string> texts;
+  std::vector<int64_t> counts;
+  for (int64_t i = 0; i < rows.size(); ++i) {
+    const int64_t length = rows.raw_lengths[i].item<int64_t>();
+    auto ids = rows.completion_ids[i].slice(0, 0, length).contiguous();
+    texts.push_back(tokenizer_->decode(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + length),
+                                       /*skip_special_tokens=*/true));
+    counts.push_back(length);
+  }
+  return rewards_->score(drawn.prompt_texts, texts, counts, drawn.fields).to(torch::kFloat32);
+}
+
+// Old log-probs (only when the policy changes within a cycle; their entropies replace the sampler's)
+// and reference log-probs (beta > 0), no grad.
+void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropies) {
+  torch::NoGradGuard no_grad;
+  if (needs_old_logps_) {
+    LogprobsAndEntropies old =
+        policy_logprobs(policy_, rows.prompt_ids, rows.completion_ids, rows.completion_mask, rows.prompt_width());
+    ++old_logprob_passes_;
+    rows.old_logps = old.logps.to(logp_dtype_);
+    entropies = old.entropies.to(logp_dtype_);
+  }
+  if (cfg_.grpo.beta > 0) {
+    LogprobsAndEntropies ref =
+        policy_logprobs(reference_, rows.prompt_ids, rows.completion_ids, rows.completion_mask, rows.prompt_width());
+    rows.ref_logps = ref.logps.to(logp_dtype_);
+  }
+}
+
+// After a resume in the middle of a cycle: the generation is read back, not regenerated.
+Trainer::Generation Trainer::reload_generation(int64_t generation_step) {
+  RolloutAttrs attrs;
+  const Rollouts stored = read_rollouts((output_dir_ / "rollouts").string(), generation_step, runtime_.rank(),
+                                        config_hash_, tokenizer_->hash(), &attrs);
+  inputCheck(attrs.world_size == runtime_.size(), "the checkpoint was taken in the middle of a generation cycle by ",
+             attrs.world_size, " ranks; resume it with ", attrs.world_size, " ranks (now ", runtime_.size(), ")");
+  Generation generation;
+  generation.rows = unpack_rollouts(stored, static_cast<int64_t>(attrs.numbers.at("completion_width")), tokenizer_->pad_id());
+  if (!needs_old_logps_) generation.rows.old_logps = torch::Tensor();  // the sampler's, kept for inspection only
+  if (cfg_.grpo.beta <= 0) generation.rows.ref_logps = torch::Tensor();
+  generation.rows.num_items_in_batch = static_cast<int64_t>(attrs.numbers.at("num_items_in_batch"));
+  generation.order = micro_batch_order(generation_step, generation.rows.size());
+  return generation;
+}
+
+// The order in which micro-batches take rows: TRL shuffles the generation batch, then splits it. A
+// replayed generation may carry TRL's own permutation.
+torch::Tensor Trainer::micro_batch_order(int64_t generation_step, int64_t rows) const {
+  runtimeCheck(rows == cfg_.train.per_device_train_batch_size * steps_per_generation_, "generation produced ", rows,
+               " completions, expected ", cfg_.train.per_device_train_batch_size * steps_per_generation_);
+  if (replay_ && !replay_->at(generation_step, runtime_.rank()).shuffle.empty())
+    return torch::tensor(replay_->at(generation_step, runtime_.rank()).shuffle, torch::kInt64);
+  torch::Generator generator = stream_generator(cfg_.train.seed, runtime_.rank(), generation_step, "shuffle");
+  return torch::randperm(rows, generator, torch::TensorOptions().dtype(torch::kInt64));
+}
+
+// Per-token log-probs and entropies of the completion tokens (packed unless train.padding_free is off),
+// through the fused LM head (no [B, T, V] logits), logits divided by the sampling temperature as TRL does.
+LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                              const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
+                                              int64_t prompt_width) {
+  AutocastScope autocast(cfg_.train.bf16, device_);
+  CompletionLogprobOptions options;
+  options.pad_id = tokenizer_->pad_id();
+  options.temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;
+  options.chunk_positions = cfg_.grpo.logprob_chunk_size;
+  options.packed = cfg_.train.padding_free;
+  options.prompt_width = prompt_width;
+  return completion_logprobs(model, prompts, completion_ids, completion_mask, options);
+}
+
+}  // namespace rayless

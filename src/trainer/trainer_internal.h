@@ -1,0 +1,27 @@
+// Small helpers the Trainer's files share (private to src/trainer).
+#pragma once
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/types.h>
+
+#include <chrono>
+#include <string>
+
+#include "rayless/base/error.h"
+#include "rayless/base/hash.h"
+
+namespace rayless::trainer_detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Every random stream derives from (seed, rank, generation step, purpose), so nothing random needs
+// saving: a resumed run re-creates the same streams.
+inline torch::Generator stream_generator(int64_t seed, int64_t rank, int64_t generation_step, const char* purpose) {
+  const std::string key = str(seed, "/", rank, "/", generation_step, "/", purpose);
+  return at::detail::createCPUGenerator(fnv1a64(key.data(), key.size()) & 0x7fffffffffffffffULL);
+}
+
+}  // namespace rayless::trainer_detail

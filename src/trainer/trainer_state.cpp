@@ -1,0 +1,72 @@
+#include "rayless/trainer/trainer_state.h"
+
+#include "rayless/base/error.h"
+
+namespace rayless {
+
+nlohmann::json TrainerState::to_json() const {
+  nlohmann::json j;
+  j["optimizer_step"] = optimizer_step;
+  j["micro_step"] = micro_step;
+  j["num_tokens"] = num_tokens;
+  j["world_size"] = world_size;
+  j["config_hash"] = config_hash;
+  j["tokenizer_hash"] = tokenizer_hash;
+  j["seed"] = seed;
+  j["data_cursor"] = {{"epoch", data_cursor.epoch}, {"offset", data_cursor.offset}};
+  j["generation_step"] = generation_step;
+  j["position_in_cycle"] = {{"iteration", iteration}, {"micro_batch", micro_batch}};
+  return j;
+}
+
+TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string& where) {
+  TrainerState s;
+  try {
+    s.optimizer_step = j.at("optimizer_step").get<int64_t>();
+    s.micro_step = j.at("micro_step").get<int64_t>();
+    s.num_tokens = j.at("num_tokens").get<int64_t>();
+    s.world_size = j.at("world_size").get<int64_t>();
+    s.config_hash = j.at("config_hash").get<std::string>();
+    s.tokenizer_hash = j.value("tokenizer_hash", "");
+    s.seed = j.value("seed", int64_t{0});
+    if (j.contains("data_cursor"))
+      s.data_cursor = {j["data_cursor"].value("epoch", int64_t{0}), j["data_cursor"].value("offset", int64_t{0})};
+    s.generation_step = j.value("generation_step", int64_t{0});
+    if (j.contains("position_in_cycle")) {
+      s.iteration = j["position_in_cycle"].value("iteration", int64_t{0});
+      s.micro_batch = j["position_in_cycle"].value("micro_batch", int64_t{0});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str(where, ": not a rayless trainer state (", e.what(), ")"));
+  }
+  return s;
+}
+
+void TrainerState::check_resumable(const std::string& where, int64_t world, const std::string& hash, bool mid_cycle,
+                                   bool mid_accumulation, int64_t max_micro_steps, int64_t max_steps) const {
+  inputCheck(world_size == world || (!mid_cycle && !mid_accumulation), where, " was taken by ", world_size,
+             " ranks in the middle of a generation cycle; resume it with ", world_size, " ranks (now ", world, ")");
+  inputCheck(config_hash == hash || !mid_cycle, where, " was written under another config (config_hash ", config_hash,
+             " vs ", hash, ") in the middle of a generation cycle");
+  inputCheck(micro_step <= max_micro_steps, where, " is at step ", optimizer_step, ", beyond train.max_steps = ", max_steps);
+}
+
+nlohmann::json RankState::to_json(int64_t seed) const {
+  nlohmann::json j;
+  j["rank"] = rank;
+  j["random_streams"] = {{"seed", seed},
+                         {"derivation", "fnv1a64(seed/rank/generation_step/purpose), purposes: sample, shuffle"}};
+  j["has_accumulated_gradients"] = has_accumulated_gradients;
+  j["step_loss_float32"] = step_loss_float32;
+  return j;
+}
+
+RankState RankState::from_json(const nlohmann::json& j) {
+  RankState s;
+  s.rank = j.value("rank", int64_t{0});
+  s.has_accumulated_gradients = j.value("has_accumulated_gradients", false);
+  s.step_loss_float32 = j.value("step_loss_float32", 0.0f);
+  return s;
+}
+
+}  // namespace rayless

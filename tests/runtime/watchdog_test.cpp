@@ -1,0 +1,52 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "rayless/runtime/watchdog.h"
+
+using namespace rayless;
+
+namespace {
+struct Captured {
+  std::mutex mutex;
+  std::string message;
+  std::atomic<int> calls{0};
+};
+}  // namespace
+
+TEST_CASE("a collective past its deadline reports name, step and rank") {
+  auto captured = std::make_shared<Captured>();
+  Watchdog& watchdog = Watchdog::instance();
+  watchdog.set_stall_handler([captured](const std::string& message) {
+    std::lock_guard<std::mutex> lock(captured->mutex);
+    captured->message = message;
+    ++captured->calls;
+  });
+  watchdog.start(0.05, 3);
+  set_watchdog_step(17);
+  {
+    CollectiveGuard guard("allreduce");
+    // wait for the report rather than for a time: the test checks what, not how fast
+    for (int i = 0; i < 2000 && captured->calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  watchdog.stop();
+  watchdog.reset_stall_handler();
+  REQUIRE(captured->calls == 1);  // reported once, not once per poll
+  CHECK_THAT(captured->message, Catch::Contains("collective allreduce stalled on rank 3 at step 17"));
+  CHECK_THAT(captured->message, Catch::Contains("collective_timeout_s"));
+}
+
+TEST_CASE("collectives that finish in time are not reported") {
+  std::atomic<int> calls{0};
+  Watchdog& watchdog = Watchdog::instance();
+  watchdog.set_stall_handler([&calls](const std::string&) { ++calls; });
+  watchdog.start(30, 0);
+  for (int i = 0; i < 100; ++i) CollectiveGuard guard("barrier");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  watchdog.stop();
+  watchdog.reset_stall_handler();
+  CHECK(calls == 0);
+}

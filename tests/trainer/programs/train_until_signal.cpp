@@ -1,0 +1,38 @@
+// `rayless train` for the resume tests, with one difference: rank 0 raises a real SIGTERM after
+// micro-step K (--signal-at-micro-step K), through the Trainer's hook, so the run checkpoints at
+// an exact place and exits 3. The production binary has no such switch.
+//   mpirun -np 2 train-until-signal --signal-at-micro-step 3 --config configs/ci-small.toml --output DIR
+#include <csignal>
+
+#include "cli/options.h"
+#include "rayless/runtime/runtime.h"
+#include "rayless/trainer/trainer.h"
+
+int main(int argc, char** argv) {
+  using namespace rayless;
+  cli::Args args(argv, argv + argc);
+  try {
+    cli::po::options_description options("train-until-signal");
+    TrainOptions train_options;
+    int64_t signal_at = -1;
+    options.add_options()("signal-at-micro-step", cli::po::value(&signal_at)->required(), "raise SIGTERM on rank 0 after it")(
+        "config", cli::po::value(&train_options.config_path), "config TOML")(
+        "set", cli::po::value(&train_options.overrides)->composing(), "section.key=value")(
+        "output", cli::po::value(&train_options.output_dir), "run directory");
+    cli::po::variables_map vm;
+    if (!cli::parse_options(args, "train-until-signal --signal-at-micro-step K [rayless train options]", options, vm))
+      return 0;
+    Runtime runtime;
+    return run_spmd(runtime, [&] {
+      TrainerHooks hooks;
+      hooks.after_micro_step = [&](int64_t micro_step) {
+        if (micro_step == signal_at && runtime.rank() == 0) std::raise(SIGTERM);
+      };
+      Trainer trainer(runtime, train_options, hooks);
+      return trainer.run();
+    });
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return exit_code_for(e);
+  }
+}

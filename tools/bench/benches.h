@@ -1,0 +1,13 @@
+// The commands of rayless-bench, one file each (they share the CLI's option parsing, src/cli/options.h).
+#pragma once
+#include "cli/commands.h"
+
+namespace rayless::cli {
+
+int bench_logprobs(const Args& args);   // bench_logprobs.cpp
+int bench_threshold(const Args& args);  // bench_threshold.cpp (run under mpirun)
+int bench_model(const Args& args);      // bench_model.cpp
+int bench_rollouts(const Args& args);   // bench_rollouts.cpp
+int init_model(const Args& args);       // init_model.cpp: seeded HF model directory from a config.json
+
+}  // namespace rayless::cli
