@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs `rayless train` on this workstation under mpirun: RANKS processes, each with THREADS intra-op
-# threads pinned to its own cores. Send SIGUSR1 to this script (it becomes mpirun) to make every
-# rank checkpoint at the next step boundary and exit 3; rerun with --resume auto to continue.
+# threads pinned to its own cores. SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 sent to this script make every
+# rank checkpoint at the next step boundary and exit 3 (rerun with --resume auto to continue); a
+# second SIGTERM or SIGINT stops at once, without a checkpoint. Plain mpirun cannot do this itself: it
+# answers SIGTERM and SIGINT by killing the ranks within a second, and forwards only SIGUSR1/SIGUSR2.
 set -euo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -31,7 +33,7 @@ Anything after the options (or after --) goes to 'rayless train', e.g. --set tra
 examples:
   jobs/train-local.sh                                   # demo config, 2 ranks
   jobs/train-local.sh -n 4 -t 8 -c my.toml -o runs/my  # 4 ranks x 8 threads on a 32-core machine
-  kill -USR1 <pid of train-local.sh>                    # checkpoint now, exit 3
+  kill -TERM <pid of train-local.sh>                    # checkpoint at the next step, exit 3 (or -USR1, Ctrl-C)
   jobs/train-local.sh -c my.toml -o runs/my --resume auto
 exit codes: those of rayless train: 0 ok, 1 runtime failure, 2 bad input, 3 checkpointed on a signal.
 EOF
@@ -100,5 +102,36 @@ printf 'train-local: running:'
 printf ' %q' "${cmd[@]}"
 printf '\n'
 [ $dry_run = 1 ] && exit 0
-# exec: signals sent to this script reach mpirun, which forwards SIGUSR1 to every rank
-exec "${cmd[@]}"
+# mpirun runs in its own session, so a terminal's Ctrl-C reaches only this script, and in the
+# background, so the traps run while it works. mpirun forwards SIGUSR1 to every rank; the first
+# SIGTERM/SIGINT becomes that request, a second one goes to mpirun as it is (it kills the ranks).
+terminate_requests=0
+forward_stop() {
+  [ "$1" = USR1 ] || terminate_requests=$((terminate_requests + 1))
+  if [ $terminate_requests -le 1 ]; then
+    echo "train-local: SIG$1: asking the ranks to checkpoint at the next step boundary (kill -USR1 mpirun)" >&2
+    kill -USR1 "$mpirun_pid" 2>/dev/null || true
+  else
+    echo "train-local: second SIG$1: stopping now, without a checkpoint" >&2
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+  fi
+}
+trap 'forward_stop TERM' TERM
+trap 'forward_stop INT' INT
+trap 'forward_stop USR1' USR1
+set +e  # the exit status of mpirun is ours to pass on
+setsid "${cmd[@]}" &
+mpirun_pid=$!
+# `wait` returns early (status > 128) when a trapped signal arrives: wait again while mpirun runs
+while :; do
+  wait "$mpirun_pid"
+  rc=$?
+  kill -0 "$mpirun_pid" 2>/dev/null && continue
+  if [ $rc -gt 128 ]; then  # mpirun ended just after the interruption: collect its own status
+    wait "$mpirun_pid" 2>/dev/null
+    late_rc=$?
+    [ $late_rc -eq 127 ] || rc=$late_rc
+  fi
+  break
+done
+exit "$rc"

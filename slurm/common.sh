@@ -46,3 +46,58 @@ rayless_print_command() {
   printf ' %q' "$@"
   printf '\n'
 }
+
+# Stop signals in a batch job. srun answers SIGTERM by killing its tasks at once ("forcing job
+# termination"), so a batch shell must never pass SIGTERM on: SIGUSR1, SIGTERM and SIGINT that reach
+# this shell become SIGUSR1 to the srun step, which srun passes to every rank (checkpoint at the next
+# step boundary, exit 3); a second SIGTERM/SIGINT becomes SIGTERM to srun (stop now). Call
+# rayless_trap_stop_signals first thing, so a signal during set-up is remembered and forwarded once
+# the step starts. rayless_stop_requests counts the requests.
+rayless_stop_requests=0
+rayless_terminate_requests=0
+rayless_step_pid=""
+rayless_forward_stop() {
+  rayless_stop_requests=$((rayless_stop_requests + 1))
+  [ "$1" = USR1 ] || rayless_terminate_requests=$((rayless_terminate_requests + 1))
+  if [ -z "$rayless_step_pid" ]; then
+    echo "rayless-job: SIG$1 at $(date -Is) before training started"
+  elif [ "$rayless_terminate_requests" -le 1 ]; then
+    echo "rayless-job: SIG$1 at $(date -Is): asking the ranks to checkpoint (kill -USR1 srun $rayless_step_pid)"
+    kill -USR1 "$rayless_step_pid" 2>/dev/null || true
+  else
+    echo "rayless-job: second SIG$1 at $(date -Is): stopping now, without a checkpoint (kill -TERM srun)"
+    kill -TERM "$rayless_step_pid" 2>/dev/null || true
+  fi
+}
+rayless_trap_stop_signals() {
+  trap 'rayless_forward_stop USR1' USR1
+  trap 'rayless_forward_stop TERM' TERM
+  trap 'rayless_forward_stop INT' INT
+}
+
+# Runs "$@" (the srun step) in the background, so that this shell can take signals while it runs
+# (bash runs a trap only between commands; `wait` is interruptible where a foreground srun is not),
+# and sets rayless_step_rc to its exit code. A request that came before the step started is
+# forwarded as soon as it has.
+rayless_run_step() {
+  "$@" &
+  rayless_step_pid=$!
+  if [ "$rayless_stop_requests" -gt 0 ]; then
+    echo "rayless-job: forwarding the earlier stop request to srun $rayless_step_pid"
+    kill -USR1 "$rayless_step_pid" 2>/dev/null || true
+  fi
+  local rc late_rc
+  while :; do
+    wait "$rayless_step_pid"
+    rc=$?
+    kill -0 "$rayless_step_pid" 2>/dev/null && continue
+    if [ "$rc" -gt 128 ]; then  # srun ended just after the interruption: collect its own status
+      wait "$rayless_step_pid" 2>/dev/null
+      late_rc=$?
+      [ "$late_rc" -eq 127 ] || rc=$late_rc
+    fi
+    break
+  done
+  rayless_step_rc=$rc
+  echo "rayless-job: training step exited with code $rc at $(date -Is)"
+}

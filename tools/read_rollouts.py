@@ -20,8 +20,15 @@ def open_store(path):
         for candidate in ("index.h5", os.path.join("rollouts", "index.h5")):
             if os.path.exists(os.path.join(path, candidate)):
                 return h5py.File(os.path.join(path, candidate), "r")
-        raise SystemExit(f"{path}: no index.h5 here")
-    return h5py.File(path, "r")
+        raise StoreError(f"{path}: no index.h5 here")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise StoreError(f"{path}: not a readable HDF5 file ({e})")
+
+
+class StoreError(Exception):
+    """A one-line reason the store cannot be read."""
 
 
 def step_groups(store):
@@ -35,7 +42,14 @@ def step_groups(store):
             yield step, int(node.attrs["rank"]), node
         else:  # the index: one link per rank
             for rank_name in sorted(node):
-                yield step, int(rank_name[len("rank_"):]), node[rank_name]
+                try:
+                    group = node[rank_name]
+                except KeyError:
+                    # a link to a rank that never wrote this step (indexes written before links
+                    # followed the files, e.g. after a resume at more ranks): nothing to read
+                    print(f"note: {name}/{rank_name}: linked rank file has no such step; skipped", file=sys.stderr)
+                    continue
+                yield step, int(rank_name[len("rank_"):]), group
 
 
 def split(flat, offsets):
@@ -104,6 +118,14 @@ def main():
     parser.add_argument("--show", type=int, default=0, help="print the first K completions' token ids")
     parser.add_argument("--check-fixture", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    try:
+        run(args)
+    except StoreError as e:
+        print(f"read_rollouts: error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(args):
     with open_store(args.path) as store:
         if args.check_fixture:
             check_fixture(store)

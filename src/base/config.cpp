@@ -271,9 +271,9 @@ void add_model_and_data_fields(std::vector<ConfigField>& f) {
   f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt text"));
   f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent)"));
   f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));
-  f.push_back(bool_field("data.skip_invalid", REF(data.skip_invalid), "skip and count bad lines instead of stopping with an error"));
+  f.push_back(bool_field("data.skip_invalid", REF(data.skip_invalid), "skip and count bad rows (checked at start: JSON, prompt, length under truncation = error, reward fields) instead of stopping with exit 2"));
   f.push_back(int_field("data.max_prompt_length", REF(data.max_prompt_length), 1, kNoMax, "longest prompt in tokens"));
-  f.push_back(choice_field<PromptTruncation>("data.truncation", REF(data.truncation), "what to do with a longer prompt: error, or keep its last max_prompt_length tokens"));
+  f.push_back(choice_field<PromptTruncation>("data.truncation", REF(data.truncation), "what to do with a longer prompt: error (exit 2 at start, naming the line), or keep its last max_prompt_length tokens"));
 }
 
 void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
@@ -350,7 +350,7 @@ void add_training_fields(std::vector<ConfigField>& f) {
   // [checkpoint]
   f.push_back(int_field("checkpoint.save_steps", REF(checkpoint.save_steps), 0, kNoMax, "checkpoint every N optimizer steps (0 = only at the end and on signal)"));
   f.push_back(int_field("checkpoint.keep_last", REF(checkpoint.keep_last), 1, kNoMax, "complete checkpoints kept"));
-  f.push_back(bool_field("checkpoint.save_on_signal", REF(checkpoint.save_on_signal), "checkpoint and exit on SIGUSR1/SIGTERM"));
+  f.push_back(bool_field("checkpoint.save_on_signal", REF(checkpoint.save_on_signal), "SIGUSR1/SIGTERM/SIGINT: checkpoint at the next step boundary and exit 3 (false: the signal ends the run at once)"));
   // [log]
   f.push_back(int_field("log.logging_steps", REF(log.logging_steps), 1, kNoMax, "console line every N steps (metrics.jsonl gets every step)"));
   f.push_back(bool_field("log.console", REF(log.console), "progress line on rank 0's console"));
@@ -542,7 +542,7 @@ const std::vector<CrossFieldRule>& cross_field_rules() {
          if (!c.grpo.sync_ref_model || c.grpo.beta > 0) return "";
          return "grpo.sync_ref_model = true needs a reference model: set grpo.beta > 0";
        }},
-      {"`model.dtype = \"float16\"` only with a GPU (`model.device` not `cpu`)", false,
+      {"`model.dtype = \"float16\"` only on a GPU: refused with `model.device = \"cpu\"` here, and at start when `auto` finds no CUDA device", false,
        [](const Config& c, int64_t) -> std::string {
          if (!(c.model.dtype == ModelDtype::Float16 && c.model.device == DeviceChoice::Cpu)) return "";
          return "model.dtype = \"float16\" is for GPUs only";

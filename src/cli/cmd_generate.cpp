@@ -1,8 +1,11 @@
 // rayless generate: load a model directory, sample one completion for a prompt, print it (or a JSON
 // object with ids and per-token log-probs). Uses the same sampler as the trainer.
+#include <algorithm>
 #include <iostream>
+#include <tuple>
 
 #include "cli/options.h"
+#include "rayless/base/config.h"
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/sampler/sampler.h"
 #include "rayless/model/tokenizer.h"
@@ -12,8 +15,8 @@ namespace rayless::cli {
 int generate(const Args& args) {
   po::options_description options("rayless generate");
   std::string model_dir, tokenizer_path, prompt, chat_template, system_prompt, dtype_name, device_name;
-  int64_t max_new_tokens = 32, seed = 0, top_k = 0;
-  double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition_penalty = 1.0;
+  int64_t max_new_tokens = 32, seed = 0;
+  std::string temperature, top_k, top_p, min_p, repetition_penalty;  // checked by the config's table
   options.add_options()
       ("model", po::value(&model_dir)->default_value("configs/models/tiny"), "HF model directory")
       ("tokenizer", po::value(&tokenizer_path)->default_value(""), "tokenizer.json, or \"byte\" (default: the model directory's)")
@@ -22,11 +25,11 @@ int generate(const Args& args) {
       ("system-prompt", po::value(&system_prompt)->default_value(""), "system message (chatml)")
       ("max-new-tokens", po::value(&max_new_tokens)->default_value(32), "completion length limit")
       ("greedy", "pick the most likely token (same as --temperature 0)")
-      ("temperature", po::value(&temperature)->default_value(1.0), "sampling temperature")
-      ("top-k", po::value(&top_k)->default_value(0), "keep the k most likely tokens (0 = off)")
-      ("top-p", po::value(&top_p)->default_value(1.0), "nucleus sampling mass (1 = off)")
-      ("min-p", po::value(&min_p)->default_value(0.0), "drop tokens below min_p x the top probability (0 = off)")
-      ("repetition-penalty", po::value(&repetition_penalty)->default_value(1.0), "HF repetition penalty (1 = off)")
+      ("temperature", po::value(&temperature)->default_value("1"), "sampling temperature (generation.temperature)")
+      ("top-k", po::value(&top_k)->default_value("0"), "keep the k most likely tokens, 0 = off (generation.top_k)")
+      ("top-p", po::value(&top_p)->default_value("1"), "nucleus sampling mass in [0, 1], 1 = off (generation.top_p)")
+      ("min-p", po::value(&min_p)->default_value("0"), "drop tokens below min_p x the top probability, 0 = off (generation.min_p)")
+      ("repetition-penalty", po::value(&repetition_penalty)->default_value("1"), "HF repetition penalty, 1 = off (generation.repetition_penalty)")
       ("seed", po::value(&seed)->default_value(0), "sampling seed (and init seed for a directory without weights)")
       ("dtype", po::value(&dtype_name)->default_value("float32"), "float32 | bfloat16 | float16 (GPU)")
       ("device", po::value(&device_name)->default_value("cpu"), "cpu | cuda")
@@ -35,12 +38,27 @@ int generate(const Args& args) {
   if (!parse_options(args, "rayless generate --model DIR --prompt TEXT [--max-new-tokens N] [--greedy] [--json]", options, vm))
     return 0;
   inputCheck(max_new_tokens >= 0, "generate: --max-new-tokens must be >= 0");
-  inputCheck(temperature >= 0, "generate: --temperature must be >= 0");
+  // the sampling flags accept exactly what the config's [generation] keys accept
+  Config config;
+  config.generation.max_completion_length = std::max<int64_t>(1, max_new_tokens);
+  for (const auto& [flag, key, value] : {std::tuple<const char*, const char*, std::string>{"temperature", "generation.temperature", temperature},
+                                         {"top-k", "generation.top_k", top_k},
+                                         {"top-p", "generation.top_p", top_p},
+                                         {"min-p", "generation.min_p", min_p},
+                                         {"repetition-penalty", "generation.repetition_penalty", repetition_penalty}}) {
+    try {
+      apply_override(config, str(key, "=", value));
+    } catch (const InputError& e) {
+      throw InputError(str("generate: --", flag, " ", value, ": ", e.what()));
+    }
+  }
   inputCheck(device_name == "cpu" || device_name == "cuda", "generate: --device must be cpu or cuda");
   inputCheck(device_name == "cpu" || torch::cuda::is_available(), "generate: --device cuda but no CUDA device is available");
   const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
+  const ModelDtype dtype = parse_choice<ModelDtype>(dtype_name, "--dtype");
+  inputCheck(!(dtype == ModelDtype::Float16 && device.is_cpu()), "generate: --dtype float16 is for GPUs only (--device cuda)");
 
-  CausalLM model = load_hf_model(model_dir, torch_dtype_of(parse_choice<ModelDtype>(dtype_name, "--dtype")), device, static_cast<uint64_t>(seed));
+  CausalLM model = load_hf_model(model_dir, torch_dtype_of(dtype), device, static_cast<uint64_t>(seed));
   auto tokenizer = load_tokenizer(tokenizer_path, model_dir);
   inputCheck(tokenizer->vocab_size() <= model->config().vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
              " tokens but the model's vocab_size is ", model->config().vocab_size);
@@ -49,16 +67,9 @@ int generate(const Args& args) {
   const std::vector<int64_t> prompt_ids = tokenizer->encode(text);
   inputCheck(!prompt_ids.empty(), "generate: the prompt encodes to no tokens");
 
-  SamplingParams params;
+  SamplingParams params = sampling_params_from_config(config.generation, *tokenizer);
   params.max_new_tokens = max_new_tokens;
-  params.greedy = vm.count("greedy") > 0;
-  params.temperature = temperature;
-  params.top_k = top_k;
-  params.top_p = top_p;
-  params.min_p = min_p;
-  params.repetition_penalty = repetition_penalty;
-  params.eos_ids = tokenizer->eos_ids();
-  params.pad_id = tokenizer->pad_id();
+  params.greedy = params.greedy || vm.count("greedy") > 0;
   params.return_logprobs = true;
   torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
   const GenerationOutput out = generate(model, {prompt_ids}, params, generator, tokenizer.get());

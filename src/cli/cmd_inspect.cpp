@@ -247,10 +247,10 @@ void summarise(const std::vector<Loaded>& loaded) {
     const std::vector<std::string>& names = parts.front()->attrs.reward_names;
     const torch::Tensor pf = torch::cat(per_func);
     for (size_t k = 0; k < names.size() && static_cast<int64_t>(k) < pf.size(1); ++k)
-      std::cout << " | " << names[k] << " " << fixed(nan_mean(pf.select(1, k))) << " +- " << fixed(nan_std(pf.select(1, k)));
+      std::cout << " | reward " << names[k] << " " << fixed(nan_mean(pf.select(1, k))) << " +- " << fixed(nan_std(pf.select(1, k)));
     std::cout << " | advantage mean " << fixed(n ? a.mean().item<double>() : NAN) << " std " << fixed(nan_std(a))
               << " min " << fixed(n ? a.min().item<double>() : NAN) << " max " << fixed(n ? a.max().item<double>() : NAN)
-              << " | length mean " << fixed(n ? len.mean().item<double>() : NAN, 1) << " min "
+              << " | completion tokens mean " << fixed(n ? len.mean().item<double>() : NAN, 1) << " min "
               << (n ? len.min().item<int64_t>() : 0) << " max " << (n ? len.max().item<int64_t>() : 0) << " truncated "
               << fixed(n ? torch::cat(truncated).mean().item<double>() : NAN, 3) << " | zero-std groups "
               << fixed(zero_std_group_fraction(parts), 3) << " | entropy threshold "

@@ -10,9 +10,11 @@ int train(const Args& args) {
   options.add_options()("config", po::value(&train_options.config_path), "config TOML (omit to use only defaults)")(
       "set", po::value(&train_options.overrides)->composing(), "override a key: section.key=value (repeatable)")(
       "output", po::value(&train_options.output_dir), "run directory (default: train.output_dir)")(
-      "resume", po::value(&train_options.resume), "auto (newest complete checkpoint, if any) or a checkpoint directory");
+      "resume", po::value(&train_options.resume), "auto (newest complete checkpoint, if any) or a checkpoint directory")(
+      "overwrite", po::bool_switch(&train_options.overwrite),
+      "the run directory holds an old run: rename it to DIR.replaced-<UTC time> and start fresh");
   po::variables_map vm;
-  if (!parse_options(args, "mpirun -np N rayless train --config FILE [--set k=v ...] [--output DIR] [--resume auto|PATH]\n"
+  if (!parse_options(args, "mpirun -np N rayless train --config FILE [--set k=v ...] [--output DIR] [--resume auto|PATH] [--overwrite]\n"
                            "exit codes: 0 done, 1 runtime failure, 2 bad input, 3 stopped by a signal after a checkpoint",
                      options, vm))
     return 0;

@@ -168,6 +168,12 @@ class AnswerReward : public RewardFunction {
       out[i] = answer_reward(completions[i], answer_text(rows[i], field_), mode_);
     return out;
   }
+  std::string check_row(const nlohmann::json& row) const override {
+    auto it = row.is_object() ? row.find(field_) : row.end();
+    if (it == row.end() || it->is_null())
+      return str("no field \"", field_, "\" for the answer reward (reward.answer_field)");
+    return "";
+  }
 
  private:
   std::string field_;
@@ -253,6 +259,12 @@ RewardSet::RewardSet(const Config& config, int rank) {
 }
 
 RewardSet::~RewardSet() = default;
+
+std::string RewardSet::check_row(const nlohmann::json& row) const {
+  for (const auto& function : functions_)
+    if (std::string why = function->check_row(row); !why.empty()) return why;
+  return "";
+}
 
 torch::Tensor RewardSet::score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
                                const std::vector<int64_t>& completion_token_counts,

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <regex>
+#include <set>
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
@@ -221,8 +223,25 @@ void write_rank_file(const fs::path& dir, int64_t rank) {
   });
 }
 
-void write_index_file(const fs::path& dir, int64_t world_size) {
+// Ranks that have a directory here, in any world size the run has had (resumes may change it).
+int64_t ranks_on_disk(const fs::path& dir) {
+  int64_t count = 0;
+  static const std::regex pattern("rank-([0-9]{5})");
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, match, pattern)) count = std::max<int64_t>(count, std::stoll(match[1]) + 1);
+  }
+  return count;
+}
+
+// Links rank_RRRRR of a step only where that rank wrote the step, so a run whose world size changed
+// (2 ranks, then 3, then 1) has an index that lists exactly what exists. The step rank 0 is writing
+// now is the exception: every rank of the current world is linked before its file lands (links
+// resolve lazily), since the others write theirs at the same time.
+void write_index_file(const fs::path& dir, int64_t world_size, int64_t current_step) {
   const std::vector<int64_t> steps = steps_on_disk(dir, 0);
+  const int64_t known_ranks = std::max(world_size, ranks_on_disk(dir));
   write_file_atomically(dir / "index.h5", [&](const fs::path& tmp) {
     Handle file = create_file(tmp);
     write_attr(file, "schema_version", kRolloutSchemaVersion);
@@ -230,9 +249,9 @@ void write_index_file(const fs::path& dir, int64_t world_size) {
     for (int64_t step : steps) {
       Handle group(H5Gcreate2(file, step_group_name(step).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
       runtimeCheck(group.valid(), "HDF5: cannot create group ", step_group_name(step));
-      // ranks of the current world are linked even before their file lands (links resolve lazily);
-      // ranks beyond it (a run resumed on fewer ranks) only where they wrote this step
-      for (int64_t rank = 0; rank < world_size || fs::exists(step_file_path(dir.string(), rank, step)); ++rank) {
+      for (int64_t rank = 0; rank < known_ranks; ++rank) {
+        const bool linked = (step == current_step && rank < world_size) || fs::exists(step_file_path(dir.string(), rank, step));
+        if (!linked) continue;
         const std::string link = "rank_" + pad(rank, 5);
         const std::string target = "/" + step_group_name(step);
         check_h5(H5Lcreate_external(rank_file_name(rank).c_str(), target.c_str(), group, link.c_str(), H5P_DEFAULT,
@@ -486,7 +505,7 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
     close_file(file, tmp);
   });
   write_rank_file(dir, r.rank);
-  if (r.rank == 0) write_index_file(dir, attrs.world_size);
+  if (r.rank == 0) write_index_file(dir, attrs.world_size, r.step);
 }
 
 Rollouts read_rollouts(const std::string& dir, int64_t step, int64_t rank, const std::string& expected_config_hash,
@@ -560,7 +579,29 @@ bool parse_numbered(const std::string& name, const std::string& prefix, size_t d
   return true;
 }
 
+// Whether rank-RRRRR.h5 beside the index links `step_name` (each rank file read once).
+bool rank_has_step(const fs::path& dir, int64_t rank, const std::string& step_name,
+                   std::map<int64_t, std::set<std::string>>& rank_steps) {
+  auto it = rank_steps.find(rank);
+  if (it == rank_steps.end()) {
+    std::set<std::string> names;
+    const fs::path rank_path = dir / rank_file_name(rank);
+    if (fs::exists(rank_path)) {
+      Handle rank_file(H5Fopen(rank_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      if (rank_file.valid())
+        for (const std::string& n : link_names(rank_file)) {
+          int64_t step = 0;
+          if (parse_numbered(n, "step_", 8, &step) && fs::exists(dir / rank_dir_name(rank) / step_file_name(step)))
+            names.insert(n);
+        }
+    }
+    it = rank_steps.emplace(rank, std::move(names)).first;
+  }
+  return it->second.count(step_name) > 0;
+}
+
 void list_file(const std::string& path, std::vector<RolloutEntry>& out) {
+  std::map<int64_t, std::set<std::string>> rank_steps;
   Handle file = open_file(path);
   const bool is_index = H5Aexists(file, "world_size") > 0;
   int64_t file_rank = -1;
@@ -574,12 +615,15 @@ void list_file(const std::string& path, std::vector<RolloutEntry>& out) {
     if (!parse_numbered(name, "step_", 8, &step)) continue;
     ++groups;
     if (is_index) {
-      // the index's step groups are real groups holding links named rank_RRRRR
+      // the index's step groups are real groups holding links named rank_RRRRR; a link whose rank
+      // never wrote the step (an index written before links followed the files) is left out
       Handle group(H5Gopen2(file, name.c_str(), H5P_DEFAULT), H5Gclose);
       inputCheck(group.valid(), path, ":/", name, ": cannot open");
       for (const std::string& child : link_names(group)) {
         int64_t rank = 0;
-        if (parse_numbered(child, "rank_", 5, &rank)) out.push_back({step, rank, path, "/" + name + "/" + child});
+        if (!parse_numbered(child, "rank_", 5, &rank)) continue;
+        if (!rank_has_step(fs::path(path).parent_path(), rank, name, rank_steps)) continue;
+        out.push_back({step, rank, path, "/" + name + "/" + child});
       }
     } else {
       int64_t rank = file_rank;

@@ -7,26 +7,34 @@
 
 namespace rayless {
 namespace {
-std::atomic<int> g_signal{0};
+std::atomic<int> g_first_signal{0};
+std::atomic<bool> g_terminate_seen{false};
+constexpr int kStopSignals[] = {SIGUSR1, SIGTERM, SIGINT};
+struct sigaction g_previous[3];
 
 void on_stop_signal(int signal_number) {
-  int expected = 0;
-  if (!g_signal.compare_exchange_strong(expected, signal_number)) _exit(128 + signal_number);  // second signal
-  static const char message[] = "rayless: signal received: checkpointing at the next step boundary\n";
-  ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
-  (void)ignored;
+  const bool terminate = signal_number == SIGTERM || signal_number == SIGINT;
+  if (terminate && g_terminate_seen.exchange(true)) _exit(128 + signal_number);  // second TERM/INT: stop now
+  int none = 0;
+  g_first_signal.compare_exchange_strong(none, signal_number);
 }
 }  // namespace
 
-void install_stop_signal_handlers() {
+StopSignalScope::StopSignalScope() {
+  g_first_signal = 0;
+  g_terminate_seen = false;
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  for (int i = 0; i < 3; ++i) sigaction(kStopSignals[i], &action, &g_previous[i]);
 }
 
-bool stop_requested() { return g_signal.load() != 0; }
+StopSignalScope::~StopSignalScope() {
+  for (int i = 0; i < 3; ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
+}
+
+bool stop_requested() { return g_first_signal.load() != 0; }
+int stop_signal_number() { return g_first_signal.load(); }
 
 }  // namespace rayless

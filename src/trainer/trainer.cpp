@@ -3,6 +3,8 @@
 #include "rayless/trainer/trainer.h"
 
 #include <cmath>
+#include <csignal>
+#include <optional>
 
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
@@ -12,6 +14,7 @@
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/model/tokenizer.h"
 #include "rayless/rewards/rewards.h"
+#include "rayless/prompts/prompt_builder.h"
 #include "rayless/rollout/replay.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
@@ -20,6 +23,7 @@
 #include "rayless/trainer/checkpoint.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/optimizer.h"
+#include "rayless/trainer/run_directory.h"
 #include "rayless/trainer/step_metrics.h"
 #include "trainer/trainer_internal.h"
 
@@ -29,6 +33,17 @@ namespace rayless {
 
 using namespace trainer_detail;
 
+namespace {
+const char* signal_name(int signal_number) {
+  switch (signal_number) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "a signal";
+  }
+}
+}  // namespace
+
 Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hooks)
     : runtime_(runtime), options_(options), hooks_(std::move(hooks)) {
   cfg_ = options.config_path.empty() ? config_from_overrides(options.overrides)
@@ -37,11 +52,11 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   output_dir_ = options.output_dir.empty() ? fs::path(cfg_.train.output_dir) : fs::path(options.output_dir);
   const int threads = runtime_.configure(cfg_.distributed);
   device_ = runtime_.select_device(cfg_.model.device);
+  // the config can refuse float16 with device "cpu"; with "auto" only the device found tells
+  inputCheck(!(cfg_.model.dtype == ModelDtype::Float16 && device_.is_cpu()),
+             "model.dtype = \"float16\" is for GPUs only, and this run's device is the CPU (model.device = \"",
+             choice_name(cfg_.model.device), "\" found no CUDA device): use \"bfloat16\" or \"float32\"");
   comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
-  if (runtime_.rank() != 0) {
-    fs::create_directories(output_dir_ / "logs");
-    open_rank_log_file((output_dir_ / "logs" / str("rank-", runtime_.rank(), ".log")).string());
-  }
   torch::manual_seed(cfg_.train.seed);
 
   steps_per_generation_ = cfg_.effective_steps_per_generation(runtime_.size());
@@ -50,15 +65,21 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   loss_settings_ = loss_settings_from_config(cfg_, runtime_.size());
   config_hash_ = config_hash(cfg_);
 
+  if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
+  tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
+  rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank());
+  // every row checked now (prompt length after the template, what the rewards need), not hours in
+  const auto data_start = Clock::now();
   dataset_ = load_prompt_dataset(cfg_.data);
+  check_prompt_dataset(dataset_, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
+                       cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+  const double data_seconds = seconds_since(data_start);
   shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
   shard_spec_.prompts_per_rank = cfg_.global_generation_batch(runtime_.size()) / cfg_.grpo.num_generations;
   shard_spec_.world_size = 1;  // every rank walks the whole batch of prompts and takes its completions
   shard_spec_.seed = static_cast<uint64_t>(cfg_.train.seed);
   shard_spec_.shuffle = cfg_.data.shuffle;
-  if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
 
-  tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
   const torch::Dtype dtype = torch_dtype_of(cfg_.model.dtype);
   logp_dtype_ = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   policy_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
@@ -68,13 +89,13 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     for (auto& p : reference_->parameters()) p.set_requires_grad(false);
     reference_->eval();
   }
-  rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank());
   optimizer_ = std::make_unique<Optimizer>(*policy_, cfg_.optim, cfg_.train.max_steps);
   data_parallel_ = std::make_unique<DataParallel>(*comm_, *policy_, cfg_.distributed.bucket_size_mb);
 
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s), device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters), ",
-               dataset_.rows.size(), " prompts, output ", output_dir_.string()));
+               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), output ",
+               output_dir_.string()));
   if (dataset_.skipped_lines > 0)
     log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
                  dataset_.first_skip_reason, ")"));
@@ -85,9 +106,16 @@ Trainer::~Trainer() = default;
 // ---------------------------------------------------------------------------------------------------
 // The loop.
 int Trainer::run() {
-  install_stop_signal_handlers();
-  fs::create_directories(output_dir_);
-  const std::optional<fs::path> resume_from = resolve_resume(options_.resume, output_dir_ / "checkpoints");
+  // SIGUSR1/SIGTERM/SIGINT become a checkpoint request while the loop runs (checkpoint.save_on_signal)
+  std::optional<StopSignalScope> stop_signals;
+  if (cfg_.checkpoint.save_on_signal) stop_signals.emplace();
+  // a new run never mixes with an old one: resume it, move it aside (--overwrite), or stop (exit 2)
+  const std::optional<fs::path> resume_from =
+      prepare_run_directory(*comm_, output_dir_, options_.resume, options_.overwrite);
+  if (runtime_.rank() != 0) {
+    fs::create_directories(output_dir_ / "logs");
+    open_rank_log_file((output_dir_ / "logs" / str("rank-", runtime_.rank(), ".log")).string());
+  }
   if (resume_from) restore(*resume_from);
   data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
   if (runtime_.rank() == 0) {
@@ -242,7 +270,11 @@ void Trainer::sync_reference_model() {
 
 // A signal on any rank: every rank agrees through one collective, then checkpoints.
 bool Trainer::stop_for_signal() {
-  if (!cfg_.checkpoint.save_on_signal || global_max(*comm_, stop_requested() ? 1.0 : 0.0) == 0) return false;
+  if (!cfg_.checkpoint.save_on_signal) return false;
+  const int signal_number = static_cast<int>(global_max(*comm_, static_cast<double>(stop_signal_number())));
+  if (signal_number == 0) return false;
+  log_info(str("rayless train: ", signal_name(signal_number), " received: checkpointing at micro-step ", micro_step_,
+               " (a second SIGTERM or SIGINT stops at once, without a checkpoint)"));
   save(micro_step_ % cfg_.train.gradient_accumulation_steps == 0);
   log_info(str("rayless train: stopped by signal after step ", optimizer_step_, " (micro-step ", micro_step_,
                "); resume with --resume auto"));

@@ -4,6 +4,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "rayless/base/error.h"
@@ -15,6 +16,13 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// "1.2": a duration for a log line
+inline std::string seconds_text(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", seconds);
+  return text;
 }
 
 // Every random stream derives from (seed, rank, generation step, purpose), so nothing random needs

@@ -28,6 +28,8 @@ rayless_add_slurm_test("cpu.sbatch trains 3 steps" 600
   ${RAYLESS_SLURM_TOOLS}/test_train.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/train)
 rayless_add_slurm_test("preempted run resumes to the same model" 900
   ${RAYLESS_SLURM_TOOLS}/test_preempt.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/preempt)
+rayless_add_slurm_test("SIGTERM checkpoints (ranks and batch shell)" 900
+  ${RAYLESS_SLURM_TOOLS}/test_signals.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/signals)
 
 # no Slurm needed: the workstation launcher (fake trainer under mpirun) and the reward plot
 add_test(NAME "slurm: jobs/train-local.sh launches ranks (fake trainer)"

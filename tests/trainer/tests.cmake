@@ -31,6 +31,16 @@ add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/wor
 set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                      LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
+# Batch-job semantics (issue: fail before training, SIGTERM that checkpoints, one run per directory,
+# an index that follows world-size changes, small gaps)
+foreach(_script bad_data_fails_at_start sigterm_checkpoints run_directory_never_mixes world_size_changes_index small_gaps)
+  string(REPLACE "_" "-" _name ${_script})
+  add_test(NAME trainer-${_name}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/${_script}.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal>)
+  set_tests_properties(trainer-${_name} PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
+                       LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endforeach()
+
 # Whole-step parity with TRL (label "parity"): every case under tests/data/trl-steps/ (written by
 # tools/make_trl_step_reference.py) is replayed through `rayless train` and compared, weights after
 # each optimizer step and every metric TRL logged. A new case directory is picked up at configure time.

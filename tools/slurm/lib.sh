@@ -80,6 +80,17 @@ slurm_wait_running() {
   done
 }
 
+# Waits while job $1 runs (at most $3 seconds) until run directory $2 has logged a step; false if never.
+slurm_wait_first_step() {
+  local job=$1 run_dir=$2 limit=$3 i
+  for ((i = 0; i < limit; i++)); do
+    [ -s "$run_dir/metrics.jsonl" ] && return 0
+    [ "$(slurm_job_field "$job" JobState)" = RUNNING ] || break
+    sleep 1
+  done
+  [ -s "$run_dir/metrics.jsonl" ]
+}
+
 # Prints a job's record, its output files and the daemon logs (for failures).
 slurm_report_job() {
   local job=$1 f

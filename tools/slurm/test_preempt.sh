@@ -54,12 +54,7 @@ job=${job%%;*}
 log=$work/preempted-$job.out
 slurm_wait_running "$job" 120 || fail "job $job did not start"
 # signal once the first step is logged, so that the checkpoint falls mid-run
-for ((i = 0; i < limit; i++)); do
-  [ -s "$work/preempted/metrics.jsonl" ] && break
-  [ "$(slurm_job_field "$job" JobState)" = RUNNING ] || break
-  sleep 1
-done
-[ -s "$work/preempted/metrics.jsonl" ] || fail "no step was logged to $work/preempted/metrics.jsonl"
+slurm_wait_first_step "$job" "$work/preempted" "$limit" || fail "no step was logged to $work/preempted/metrics.jsonl"
 echo "first step logged: scancel --batch --signal=USR1 $job"
 scancel --batch --signal=USR1 "$job" || fail "scancel --batch --signal=USR1 failed"
 state=$(slurm_wait_job "$job" "$limit")

@@ -4,7 +4,10 @@
 // rendered by the chat template — chatml when chat_template is "none", since messages need one —
 // and tokenized as is (the template writes its own specials). Then data.max_prompt_length applies.
 #pragma once
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 namespace rayless {
 
 struct PromptRow;
+struct PromptDataset;
 struct TokenizerConfig;
 class Tokenizer;
 
@@ -25,5 +29,13 @@ struct PromptTokens {
 // with truncation Error.
 PromptTokens build_prompt(const PromptRow& row, const TokenizerConfig& config, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, const std::string& where);
+
+// Every row as training would use it, before any generation: the prompt built and tokenized as above
+// (with data.max_prompt_length under truncation "error") and `check_row` (what the rewards need of
+// the row; "" = fine). A bad row is an InputError "file:line: why", or, with skip_invalid, is
+// dropped and counted in dataset.skipped_lines. A dataset left with no row is an InputError.
+void check_prompt_dataset(PromptDataset& dataset, const TokenizerConfig& config, const Tokenizer& tokenizer,
+                          int64_t max_length, PromptTruncation truncation, bool skip_invalid,
+                          const std::function<std::string(const nlohmann::json&)>& check_row);
 
 }  // namespace rayless

@@ -27,6 +27,9 @@ class RewardFunction {
                                     const std::vector<std::string>& completions,
                                     const std::vector<int64_t>& completion_token_counts,
                                     const std::vector<nlohmann::json>& rows) = 0;
+  // "" when a dataset row has what this function needs to score it, else why not (checked for every
+  // row when the dataset loads, so a bad row stops the run before it trains).
+  virtual std::string check_row(const nlohmann::json& row) const { return ""; }
 };
 
 // Built-ins, usable on their own (tests, tools). Each is documented in docs/rewards.md.
@@ -52,6 +55,8 @@ class RewardSet {
 
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<double>& weights() const { return weights_; }  // reward_weights, default 1
+  // "" when every function can score completions of this dataset row, else the first reason.
+  std::string check_row(const nlohmann::json& row) const;
   size_t size() const { return functions_.size(); }
 
   // rows[i] is the dataset row (PromptRow::fields) of completion i -> [N, K] float64.

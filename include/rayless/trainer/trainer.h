@@ -44,6 +44,7 @@ struct TrainOptions {
   std::vector<std::string> overrides;  // --set section.key=value
   std::string output_dir;              // --output (empty = train.output_dir)
   std::string resume;                  // --resume auto|PATH (empty = fresh start)
+  bool overwrite = false;              // --overwrite: move an old run in the directory aside
 };
 
 // Called on every rank after each micro-step (micro_step = completed micro-steps), before the ranks

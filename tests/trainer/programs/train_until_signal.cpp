@@ -1,6 +1,7 @@
 // `rayless train` for the resume tests, with one difference: rank 0 raises a real SIGTERM after
 // micro-step K (--signal-at-micro-step K), through the Trainer's hook, so the run checkpoints at
-// an exact place and exits 3. The production binary has no such switch.
+// an exact place and exits 3 (--signal-count 2: a second SIGTERM at once, which stops without one).
+// The production binary has no such switch.
 //   mpirun -np 2 train-until-signal --signal-at-micro-step 3 --config configs/ci-small.toml --output DIR
 #include <csignal>
 
@@ -14,8 +15,9 @@ int main(int argc, char** argv) {
   try {
     cli::po::options_description options("train-until-signal");
     TrainOptions train_options;
-    int64_t signal_at = -1;
+    int64_t signal_at = -1, signal_count = 1;
     options.add_options()("signal-at-micro-step", cli::po::value(&signal_at)->required(), "raise SIGTERM on rank 0 after it")(
+        "signal-count", cli::po::value(&signal_count), "raise it this many times (2: the second means stop now)")(
         "config", cli::po::value(&train_options.config_path), "config TOML")(
         "set", cli::po::value(&train_options.overrides)->composing(), "section.key=value")(
         "output", cli::po::value(&train_options.output_dir), "run directory");
@@ -26,7 +28,8 @@ int main(int argc, char** argv) {
     return run_spmd(runtime, [&] {
       TrainerHooks hooks;
       hooks.after_micro_step = [&](int64_t micro_step) {
-        if (micro_step == signal_at && runtime.rank() == 0) std::raise(SIGTERM);
+        if (micro_step == signal_at && runtime.rank() == 0)
+          for (int64_t i = 0; i < signal_count; ++i) std::raise(SIGTERM);
       };
       Trainer trainer(runtime, train_options, hooks);
       return trainer.run();
