@@ -22,6 +22,10 @@ else
   echo "test: no CUDA toolkit here: NCCL compile check skipped"
 fi
 
+# TensorBoard's own event-file loader for the TensorBoard test (a tools venv; without it that part of
+# the test says SKIP)
+./tools/setup_tools_venv.sh || true
+
 # Services some tests need (a single-node Slurm); stopped again on exit.
 if [ -x tools/slurm/start.sh ] && [ "${RAYLESS_SKIP_SLURM:-0}" != 1 ]; then
   if tools/slurm/start.sh; then

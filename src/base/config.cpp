@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cctype>
+#include <charconv>
 #include <fstream>
+#include <map>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -83,16 +86,14 @@ std::string number_list_literal(const std::vector<T>& items) {
   return out.str();
 }
 
-// The shortest text that reads back as the same double (0.2, not 0.20000000000000001).
+// The shortest text that reads back as the same double (0.2, not 0.20000000000000001; 300.0, not
+// 3e+02): std::to_chars' shortest form, in plain notation unless the exponent form is shorter.
 std::string float_literal(double v) {
-  std::string s;
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::ostringstream out;
-    out.precision(precision);
-    out << v;
-    s = out.str();
-    if (std::strtod(s.c_str(), nullptr) == v) break;
-  }
+  char fixed[64], general[64];
+  const auto fixed_end = std::to_chars(fixed, fixed + sizeof fixed, v, std::chars_format::fixed).ptr;
+  const auto general_end = std::to_chars(general, general + sizeof general, v).ptr;
+  std::string s = (fixed_end - fixed) < (general_end - general) + 3 ? std::string(fixed, fixed_end)
+                                                                      : std::string(general, general_end);
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
 }
@@ -287,7 +288,7 @@ void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
   f.push_back(string_list_field("generation.stop_strings", REF(generation.stop_strings), "completion ends after the first of these strings"));
   f.push_back(int_list_field("generation.eos_token_ids", REF(generation.eos_token_ids), 0, "end-of-sequence ids; empty = the tokenizer's and generation_config.json's"));
   // [reward]
-  f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: length, format, answer, repetition, worker"));
+  f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: built-ins length, format, answer, repetition, worker; any other name is a [reward.workers.NAME] or [reward.models.NAME] table (below)"));
   f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));
   f.push_back(int_field("reward.length_target", REF(reward.length_target), 0, kNoMax, "length reward: -|length_target - len(completion)|"));
   f.push_back(choice_field<LengthUnit>("reward.length_unit", REF(reward.length_unit), "what the length reward counts"));
@@ -355,6 +356,13 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(int_field("log.logging_steps", REF(log.logging_steps), 1, kNoMax, "console line every N steps (metrics.jsonl gets every step)"));
   f.push_back(bool_field("log.console", REF(log.console), "progress line on rank 0's console"));
   f.push_back(choice_field<LogLevel>("log.level", REF(log.level), "log verbosity"));
+  f.push_back(bool_field("log.tensorboard", REF(log.tensorboard), "TensorBoard event files with every metric per step in OUTPUT/tensorboard/ (TRL: report_to = \"tensorboard\")"));
+  f.push_back(int_field("log.num_completions_to_print", REF(log.num_completions_to_print), 0, kNoMax, "at each logging step rank 0 prints a table of this many sample completions and their rewards (TRL: log_completions)"));
+  f.push_back(string_field("eval.path", REF(eval.path), {}, "held-out prompts (JSONL, the training format); empty = no evaluation"));
+  f.push_back(int_field("eval.steps", REF(eval.steps), 0, kNoMax, "evaluate every N optimizer steps and after the last (0 = only after the last)"));
+  f.push_back(int_field("eval.num_generations", REF(eval.num_generations), 1, kNoMax, "completions per eval prompt"));
+  f.push_back(int_field("eval.max_samples", REF(eval.max_samples), 0, kNoMax, "evaluate on the first N prompts (0 = all)"));
+  f.push_back(bool_field("eval.greedy", REF(eval.greedy), "greedy decoding for eval (false: sampled with the [generation] settings)"));
   // [distributed]
   f.push_back(string_field("distributed.backend", REF(distributed.backend), {"auto", "mpi", "nccl"}, "collectives backend: auto = NCCL for CUDA tensors when built, else MPI"));
   f.push_back(float_field("distributed.collective_timeout_s", REF(distributed.collective_timeout_s), 0.001, kInf, "a collective taking longer aborts the job with what stalled"));
@@ -390,7 +398,11 @@ const ConfigField* find_field(const std::string& name) {
   return nullptr;
 }
 
+const std::map<std::string, std::string>& trl_names();
+
 std::string suggestion(const std::string& key) {
+  const std::string bare = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
+  if (trl_names().count(bare)) return str(" (TRL's ", bare, " is ", trl_names().at(bare), " here)");
   std::string best = closest_config_key(key);
   return best.empty() ? "" : str(" (did you mean ", best, "?)");
 }
@@ -423,6 +435,87 @@ std::string closest_config_key(const std::string& key) {
   return best_distance <= limit ? best : "";
 }
 
+namespace {
+
+// TRL's names that rayless spells differently (a TRL user's habit gets a pointer, not just "unknown")
+const std::map<std::string, std::string>& trl_names() {
+  static const std::map<std::string, std::string> names = {
+      {"eval_steps", "eval.steps"}, {"log_completions", "log.num_completions_to_print"},
+      {"report_to", "log.tensorboard"}, {"eval_dataset", "eval.path"}, {"train_dataset", "data.path"},
+      {"model_name_or_path", "model.path"}, {"lr_scheduler_type", "optim.lr_scheduler_type"}};
+  return names;
+}
+
+bool valid_table_name(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// reward.workers.NAME.KEY / reward.models.NAME.KEY (the named tables the flat field list cannot hold)
+bool is_named_reward_key(const std::string& name) {
+  return name.rfind("reward.workers.", 0) == 0 || name.rfind("reward.models.", 0) == 0;
+}
+
+void set_named_reward_key(Config& config, const std::string& full, const toml::node& node, const std::string& where) {
+  const bool worker = full.rfind("reward.workers.", 0) == 0;
+  const std::string rest = full.substr(worker ? 15 : 14);
+  const size_t dot = rest.find('.');
+  const std::string table = worker ? "reward.workers" : "reward.models";
+  inputCheck(dot != std::string::npos, where, "key ", full, ": expected ", table, ".NAME.KEY");
+  const std::string name = rest.substr(0, dot), key = rest.substr(dot + 1);
+  inputCheck(valid_table_name(name), where, "[", table, ".", name, "]: a name is letters, digits, _ and - only");
+  auto text = [&]() {
+    auto v = node.value_exact<std::string>();
+    if (!v) bad_value(where, full, node, "a string");
+    return *v;
+  };
+  if (worker) {
+    RewardWorkerConfig& w = config.reward.workers[name];
+    if (key == "command") w.command = text();
+    else if (key == "timeout_s") w.timeout_s = read_float(node, where, full, 0.001, kInf, "a number >= 0.001");
+    else if (key == "batch_size") w.batch_size = read_int(node, where, full, 0, kNoMax, "an integer >= 0");
+    else throw InputError(str(where, "unknown key ", full, " (a worker table has command, timeout_s, batch_size)"));
+  } else {
+    RewardModelConfig& m = config.reward.models[name];
+    if (key == "path") m.path = text();
+    else if (key == "tokenizer") m.tokenizer = text();
+    else if (key == "batch_size") m.batch_size = read_int(node, where, full, 1, kNoMax, "an integer >= 1");
+    else throw InputError(str(where, "unknown key ", full, " (a reward-model table has path, tokenizer, batch_size)"));
+  }
+}
+
+// [reward.workers] / [reward.models]: a table of named tables
+void set_named_reward_tables(Config& config, const std::string& kind, const toml::node& node, const std::string& path) {
+  const toml::table* tables = node.as_table();
+  inputCheck(tables != nullptr, path, ":", node.source().begin.line, ": reward.", kind,
+             " must be tables [reward.", kind, ".NAME]");
+  for (const auto& [name, table_node] : *tables) {
+    const toml::table* table = table_node.as_table();
+    inputCheck(table != nullptr, path, ":", table_node.source().begin.line, ": reward.", kind, ".", name.str(),
+               " must be a table [reward.", kind, ".", name.str(), "]");
+    if (kind == "workers") config.reward.workers[std::string(name.str())];  // an empty table still names one
+    else config.reward.models[std::string(name.str())];
+    for (const auto& [key, value] : *table)
+      set_named_reward_key(config, str("reward.", kind, ".", name.str(), ".", key.str()), value,
+                           str(path, ":", value.source().begin.line, ": "));
+  }
+}
+
+std::string named_reward_tables_toml(const RewardConfig& r) {
+  std::ostringstream out;
+  for (const auto& [name, w] : r.workers)
+    out << "\n[reward.workers." << name << "]\ncommand = " << toml_quote(w.command) << "\ntimeout_s = "
+        << float_literal(w.timeout_s) << "\nbatch_size = " << w.batch_size << "\n";
+  for (const auto& [name, m] : r.models)
+    out << "\n[reward.models." << name << "]\npath = " << toml_quote(m.path) << "\ntokenizer = " << toml_quote(m.tokenizer)
+        << "\nbatch_size = " << m.batch_size << "\n";
+  return out.str();
+}
+
+}  // namespace
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream probe(path);
   inputCheck(probe.good(), path, ": cannot open config file");
@@ -437,6 +530,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     const std::string where_section = str(path, ":", section_node.source().begin.line, ": ");
+    if (!section_node.is_table()) {  // a flat key at the top level, e.g. TRL's num_generations
+      const std::string best = trl_names().count(section) ? trl_names().at(section) : closest_config_key("." + section);
+      throw InputError(str(where_section, "unknown top-level key ", section,
+                           best.empty() ? std::string(" (keys live in sections, e.g. [grpo])")
+                                        : str(" (did you mean ", best, ", i.e. ", best.substr(best.find('.') + 1),
+                                              " under [", best.substr(0, best.find('.')), "]?)")));
+    }
     if (!sections.count(section)) {
       std::string hint;
       size_t best = 3;
@@ -450,6 +550,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     for (const auto& [key, node] : *table) {
       const std::string name = section + "." + std::string(key.str());
       const std::string where = str(path, ":", node.source().begin.line, ": ");
+      if (name == "reward.workers" || name == "reward.models") {
+        set_named_reward_tables(config, std::string(key.str()), node, path);
+        continue;
+      }
       const ConfigField* field = find_field(name);
       if (!field) throw InputError(str(where, "unknown key ", name, suggestion(name)));
       field->set(config, node, where);
@@ -474,7 +578,7 @@ void apply_override(Config& config, const std::string& assignment) {
   name.erase(name.find_last_not_of(" \t") + 1);
   const std::string value = assignment.substr(eq + 1);
   const ConfigField* field = find_field(name);
-  inputCheck(field != nullptr, "--set ", name, ": unknown key", suggestion(name));
+  inputCheck(field != nullptr || is_named_reward_key(name), "--set ", name, ": unknown key", suggestion(name));
   // The value is TOML (1, 0.5, true, "x", [1, 2]); a bare word that is not TOML is taken as a string.
   toml::table parsed;
   try {
@@ -482,6 +586,7 @@ void apply_override(Config& config, const std::string& assignment) {
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", value}};
   }
+  if (!field) return set_named_reward_key(config, name, *parsed.get("v"), "--set: ");
   field->set(config, *parsed.get("v"), "--set: ");
 }
 
@@ -517,15 +622,37 @@ const std::vector<CrossFieldRule>& cross_field_rules() {
          return str("reward.reward_weights has ", c.reward.reward_weights.size(), " weights for ",
                     c.reward.functions.size(), " reward.functions: give one weight per function");
        }},
-      {"`reward.functions` names at least one function, each a known one, none twice", false,
+      {"`reward.functions` names at least one function, none twice; each is a built-in (length, format, answer, repetition, worker) or has its own `[reward.workers.NAME]` or `[reward.models.NAME]` table", false,
        [](const Config& c, int64_t) -> std::string {
          if (c.reward.functions.empty()) return "reward.functions is empty: name at least one reward function";
          std::set<std::string> seen;
          const auto& known = known_reward_functions();
          for (const std::string& name : c.reward.functions) {
-           if (std::find(known.begin(), known.end(), name) == known.end())
-             return str("reward.functions: unknown reward function \"", name, "\" (known: length, format, answer, repetition, worker)");
+           const bool builtin = std::find(known.begin(), known.end(), name) != known.end();
+           const bool worker = c.reward.workers.count(name) > 0, model = c.reward.models.count(name) > 0;
+           if (builtin && (worker || model))
+             return str("[reward.", worker ? "workers" : "models", ".", name, "]: \"", name,
+                        "\" is a built-in reward; give the table another name");
+           if (worker && model) return str("\"", name, "\" is both a [reward.workers.", name, "] and a [reward.models.", name, "]");
+           if (!builtin && !worker && !model)
+             return str("reward.functions: unknown reward function \"", name,
+                        "\": not a built-in (length, format, answer, repetition, worker) and no [reward.workers.", name,
+                        "] or [reward.models.", name, "] table");
            if (!seen.insert(name).second) return str("reward.functions names \"", name, "\" twice");
+         }
+         return "";
+       }},
+      {"every `[reward.workers.NAME]` and `[reward.models.NAME]` is named in `reward.functions`; a worker table has a `command`, a model table a `path`", false,
+       [](const Config& c, int64_t) -> std::string {
+         for (const auto& [name, w] : c.reward.workers) {
+           if (!uses_reward(c, name.c_str()))
+             return str("[reward.workers.", name, "] is defined but reward.functions does not name \"", name, "\"");
+           if (w.command.empty()) return str("[reward.workers.", name, "] has no command");
+         }
+         for (const auto& [name, m] : c.reward.models) {
+           if (!uses_reward(c, name.c_str()))
+             return str("[reward.models.", name, "] is defined but reward.functions does not name \"", name, "\"");
+           if (m.path.empty()) return str("[reward.models.", name, "] has no path");
          }
          return "";
        }},
@@ -616,7 +743,7 @@ std::string config_to_toml(const Config& config) {
     }
     out << f.name.substr(section.size() + 1) << " = " << f.show(config) << "\n";
   }
-  return out.str();
+  return out.str() + named_reward_tables_toml(config.reward);
 }
 
 std::string config_hash(const Config& config) {
@@ -626,7 +753,8 @@ std::string config_hash(const Config& config) {
     static const std::set<std::string> decisive = {"model", "tokenizer", "data", "generation", "reward"};
     if (decisive.count(section) || f.name == "grpo.num_generations") material += f.name + "=" + f.show(config) + "\n";
   }
-  return fnv1a64_hex(material);
+  // named reward tables only when present, so hashes of configs without them stay as they were
+  return fnv1a64_hex(material + named_reward_tables_toml(config.reward));
 }
 
 }  // namespace rayless

@@ -80,8 +80,8 @@ std::string describe_status(int status) {
 
 }  // namespace
 
-RewardWorker::RewardWorker(std::string command, double timeout_s, int64_t batch_size, int rank)
-    : command_(std::move(command)), timeout_s_(timeout_s), batch_size_(batch_size) {
+RewardWorker::RewardWorker(std::string command, double timeout_s, int64_t batch_size, int rank, std::string name)
+    : name_(std::move(name)), command_(std::move(command)), timeout_s_(timeout_s), batch_size_(batch_size) {
   // A worker that dies while we write must give EPIPE (an error we report), not kill this process.
   ::signal(SIGPIPE, SIG_IGN);
   int in_pipe[2], out_pipe[2];
@@ -115,7 +115,7 @@ RewardWorker::RewardWorker(std::string command, double timeout_s, int64_t batch_
   if (rc != 0) {
     ::close(in_pipe[1]);
     ::close(out_pipe[0]);
-    throw RuntimeError(str("reward worker \"", command_, "\": cannot start /bin/sh: ", std::strerror(rc)));
+    throw RuntimeError(str(who(), ": cannot start /bin/sh: ", std::strerror(rc)));
   }
   pid_ = pid;
   group_ = pid;
@@ -161,11 +161,11 @@ void RewardWorker::fail_exited(const std::string& during) {
     }
   }
   stop();
-  throw RuntimeError(str("reward worker \"", command_, "\" ", how, " ", during));
+  throw RuntimeError(str(who(), " ", how, " ", during));
 }
 
 std::vector<std::string> RewardWorker::exchange(const std::vector<std::string>& lines) {
-  if (pid_ <= 0 || to_worker_ < 0) throw RuntimeError(str("reward worker \"", command_, "\" is not running"));
+  if (pid_ <= 0 || to_worker_ < 0) throw RuntimeError(str(who(), " is not running"));
   std::string outgoing;
   for (const std::string& line : lines) outgoing += line;
   size_t written = 0;
@@ -189,7 +189,7 @@ std::vector<std::string> RewardWorker::exchange(const std::vector<std::string>& 
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
       stop();
-      throw RuntimeError(str("reward worker \"", command_, "\" gave no answer within reward.worker_timeout_s = ",
+      throw RuntimeError(str(who(), " gave no answer within its timeout_s = ",
                              timeout_s_, " s (", answers.size(), " of ", lines.size(), " answers received); stopped it"));
     }
     const int ready = ::poll(fds, nfds, static_cast<int>(std::min<int64_t>(left, 1000000)));
@@ -231,7 +231,7 @@ std::vector<double> RewardWorker::score(const std::vector<std::string>& prompts,
   const auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
   const auto garbage = [&](size_t request, const std::string& line, const std::string& expected) {
     stop();
-    return InputError(str("reward worker \"", command_, "\" answered request ", request + 1, " with \"", excerpt(line),
+    return InputError(str(who(), " answered request ", request + 1, " with \"", excerpt(line),
                           "\": expected ", expected));
   };
   std::vector<double> out(n);

@@ -2,6 +2,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "rayless/rewards/rewards.h"
 
+#include <future>
+
+#include "rayless/rewards/reward_model.h"
+
 #include <pcre2.h>
 
 #include <cctype>
@@ -237,8 +241,8 @@ std::string answer_text(const nlohmann::json& row, const std::string& field) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
-RewardSet::RewardSet(const Config& config, int rank) {
-  validate_config(config);  // the names, weights, patterns and commands: config.cpp's rule table
+RewardSet::RewardSet(const Config& config, int rank, torch::Device device, torch::Dtype dtype) {
+  validate_config(config);  // the names, weights, patterns, commands and tables: config.cpp's rule table
   const RewardConfig& r = config.reward;
   for (const std::string& name : r.functions) {
     if (name == "length") {
@@ -249,9 +253,16 @@ RewardSet::RewardSet(const Config& config, int rank) {
       functions_.push_back(std::make_unique<AnswerReward>(r.answer_field, r.answer_mode));
     } else if (name == "repetition") {
       functions_.push_back(std::make_unique<RepetitionPenalty>(r.repetition_ngram));
-    } else {  // "worker": the rules allow no other name
+    } else if (name == "worker") {
       functions_.push_back(
           std::make_unique<RewardWorker>(r.worker_command, r.worker_timeout_s, r.worker_batch_size, rank));
+    } else if (auto w = r.workers.find(name); w != r.workers.end()) {
+      functions_.push_back(std::make_unique<RewardWorker>(w->second.command, w->second.timeout_s, w->second.batch_size,
+                                                          rank, name));
+    } else {  // the rules allow no other name than a [reward.models.NAME]
+      const RewardModelConfig& m = r.models.at(name);
+      functions_.push_back(std::make_unique<RewardModel>(name, m.path, m.tokenizer, m.batch_size, device,
+                                                         dtype == torch::kFloat64 ? torch::kFloat64 : dtype));
     }
     names_.push_back(functions_.back()->name());
   }
@@ -275,12 +286,27 @@ torch::Tensor RewardSet::score(const std::vector<std::string>& prompts, const st
                " token counts and ", rows.size(), " rows must agree");
   torch::Tensor out = torch::empty({static_cast<int64_t>(n), static_cast<int64_t>(functions_.size())}, torch::kFloat64);
   auto acc = out.accessor<double, 2>();
+  // workers (separate processes, waiting on pipes) answer at the same time; the rest run here meanwhile
+  std::vector<std::future<std::vector<double>>> pending(functions_.size());
+  for (size_t k = 0; k < functions_.size(); ++k)
+    if (functions_[k]->runs_apart())
+      pending[k] = std::async(std::launch::async, [&, k] {
+        return functions_[k]->score(prompts, completions, completion_token_counts, rows);
+      });
+  std::exception_ptr first_error;
   for (size_t k = 0; k < functions_.size(); ++k) {
-    const std::vector<double> scores = functions_[k]->score(prompts, completions, completion_token_counts, rows);
+    std::vector<double> scores;
+    try {
+      scores = pending[k].valid() ? pending[k].get() : functions_[k]->score(prompts, completions, completion_token_counts, rows);
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();  // still collect the others before leaving
+      continue;
+    }
     runtimeCheck(scores.size() == n, "reward ", names_[k], " returned ", scores.size(), " scores for ", n, " completions");
     for (size_t i = 0; i < n; ++i)
       acc[i][k] = std::isfinite(scores[i]) ? scores[i] : std::numeric_limits<double>::quiet_NaN();
   }
+  if (first_error) std::rethrow_exception(first_error);
   return out;
 }
 

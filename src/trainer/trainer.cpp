@@ -25,6 +25,7 @@
 #include "rayless/trainer/optimizer.h"
 #include "rayless/trainer/run_directory.h"
 #include "rayless/trainer/step_metrics.h"
+#include "rayless/trainer/tensorboard.h"
 #include "trainer/trainer_internal.h"
 
 namespace fs = std::filesystem;
@@ -67,12 +68,20 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
 
   if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
   tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
-  rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank());
+  // reward models run on the rank's device in the policy's dtype
+  rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
   // every row checked now (prompt length after the template, what the rewards need), not hours in
   const auto data_start = Clock::now();
   dataset_ = load_prompt_dataset(cfg_.data);
   check_prompt_dataset(dataset_, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                        cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+  if (!cfg_.eval.path.empty()) {
+    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field, cfg_.data.skip_invalid);
+    check_prompt_dataset(eval_dataset_, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
+                         cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+    if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
+      eval_dataset_.rows.resize(static_cast<size_t>(cfg_.eval.max_samples));
+  }
   const double data_seconds = seconds_since(data_start);
   shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
   shard_spec_.prompts_per_rank = cfg_.global_generation_batch(runtime_.size()) / cfg_.grpo.num_generations;
@@ -121,6 +130,7 @@ int Trainer::run() {
   if (runtime_.rank() == 0) {
     write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
     metrics_log_ = std::make_unique<MetricsLog>(output_dir_ / "metrics.jsonl", resume_from ? optimizer_step_ : -1);
+    if (cfg_.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(output_dir_ / "tensorboard");
   }
 
   const int64_t total_micro_steps = cfg_.train.max_steps * cfg_.train.gradient_accumulation_steps;
@@ -151,8 +161,13 @@ int Trainer::run() {
 
     // 3. Every gradient_accumulation_steps micro-steps: allreduce, clip, AdamW, log, sync, checkpoint.
     if (micro_step_ % cfg_.train.gradient_accumulation_steps == 0) {
-      const StepMetrics m = finish_optimizer_step(micro_metrics, generation_metrics);
-      if (runtime_.rank() == 0) metrics_log_->write(optimizer_step_, m);
+      StepMetrics m = finish_optimizer_step(micro_metrics, generation_metrics);
+      if (eval_due())
+        for (const auto& [k, v] : evaluate()) m[k] = v;
+      if (runtime_.rank() == 0) {
+        metrics_log_->write(optimizer_step_, m);
+        if (tensorboard_) tensorboard_->add_scalars(optimizer_step_, m);
+      }
       sync_reference_model();
       if (cfg_.checkpoint.save_steps > 0 && optimizer_step_ % cfg_.checkpoint.save_steps == 0 &&
           micro_step_ < total_micro_steps)
@@ -254,8 +269,31 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
     const double per_step = seconds_since(run_start_) / static_cast<double>(optimizer_step_ - first_step_);
     log_info(progress_line(optimizer_step_, cfg_.train.max_steps, m,
                            per_step * static_cast<double>(cfg_.train.max_steps - optimizer_step_)));
+    print_samples();
   }
   return m;
+}
+
+// Rank 0 keeps the first log.num_completions_to_print rows of each generation for the console.
+void Trainer::keep_samples(const Drawn& drawn, const torch::Tensor& rewards_per_func, const torch::Tensor& advantages) {
+  if (runtime_.rank() != 0 || cfg_.log.num_completions_to_print <= 0) return;
+  samples_.clear();
+  const int64_t n = std::min<int64_t>(cfg_.log.num_completions_to_print, rewards_per_func.size(0));
+  for (int64_t i = 0; i < n; ++i) {
+    SampleRow row{drawn.prompt_texts[static_cast<size_t>(i)], drawn.completion_texts[static_cast<size_t>(i)], {},
+                  advantages[i].item<double>()};
+    for (int64_t k = 0; k < rewards_per_func.size(1); ++k) row.rewards.push_back(rewards_per_func[i][k].item<double>());
+    samples_.push_back(std::move(row));
+  }
+}
+
+// The samples of the newest generation, once (TRL's log_completions at a logging step).
+void Trainer::print_samples() {
+  if (samples_.empty()) return;
+  std::string table = sample_table(optimizer_step_, samples_, rewards_->names(), terminal_width());
+  table.pop_back();  // log_info ends the line
+  log_info(table);
+  samples_.clear();
 }
 
 // TRL's SyncRefModelCallback: ref = alpha * policy + (1 - alpha) * ref every ref_model_sync_steps.

@@ -69,19 +69,12 @@ Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
   old_and_reference_logps(rows, entropies);
   rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.completion_mask.sum().item<double>()));
   generation.metrics = generation_metrics(*comm_, rows, all_rewards_per_func, all, rewards_->names(), num_tokens_);
+  keep_samples(drawn, rewards_per_func, rows.advantages);
 
   // the store: what this rank generated, for μ > 1 reuse, resume and inspection
   RolloutExtras extras{rewards_per_func, all.rewards.slice(0, first_row, first_row + rows.size()), entropies,
                        drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor()};
-  RolloutAttrs attrs;
-  attrs.world_size = runtime_.size();
-  attrs.num_generations = cfg_.grpo.num_generations;
-  attrs.reward_names = rewards_->names();
-  attrs.reward_weights = rewards_->weights();
-  attrs.config_hash = config_hash_;
-  attrs.tokenizer_hash = tokenizer_->hash();
-  attrs.tokenizer = cfg_.tokenizer.path.empty() ? (std::filesystem::path(cfg_.model.path) / "tokenizer.json").string()
-                                                : cfg_.tokenizer.path;
+  RolloutAttrs attrs = store_attrs(cfg_.grpo.num_generations);
   attrs.numbers["old_logps_are_sampling_logps"] = rows.old_logps.defined() ? 0.0 : 1.0;
   attrs.numbers["num_items_in_batch"] = static_cast<double>(rows.num_items_in_batch);
   attrs.numbers["temperature"] = cfg_.generation.temperature;
@@ -121,13 +114,32 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
   drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
   sampling_seconds_ += seconds_since(start);
   policy_->train();
+  take_sampled(drawn, generation_step);
+  return drawn;
+}
+
+// The sampler's output as the batch's completion tensors, on the host.
+void Trainer::take_sampled(Drawn& drawn, int64_t step) {
   RolloutBatch& rows = drawn.rows;
-  rows.generation_step = generation_step;
+  rows.generation_step = step;
   rows.completion_ids = drawn.sampled.completion_ids.to(torch::kCPU);
   rows.truncated = drawn.sampled.truncated.to(torch::kCPU).to(torch::kBool);
   rows.raw_lengths = drawn.sampled.completion_mask.sum(1).to(torch::kInt64).cpu();
   rows.completion_mask = drawn.sampled.completion_mask.to(torch::kFloat32).cpu();
-  return drawn;
+}
+
+// What every stored step carries about the run (provenance, reward names, world size).
+RolloutAttrs Trainer::store_attrs(int64_t num_generations) const {
+  RolloutAttrs attrs;
+  attrs.world_size = runtime_.size();
+  attrs.num_generations = num_generations;
+  attrs.reward_names = rewards_->names();
+  attrs.reward_weights = rewards_->weights();
+  attrs.config_hash = config_hash_;
+  attrs.tokenizer_hash = tokenizer_->hash();
+  attrs.tokenizer = cfg_.tokenizer.path.empty() ? (std::filesystem::path(cfg_.model.path) / "tokenizer.json").string()
+                                                : cfg_.tokenizer.path;
+  return attrs;
 }
 
 // A replayed generation (train.replay_rollouts): prompts built by rayless from the dataset rows and
@@ -183,8 +195,8 @@ void Trainer::add_prompt(Drawn& drawn, const PromptRow& row, const std::string& 
   drawn.fields.push_back(row.fields);
 }
 
-// [N, K] rewards of this rank's completions, in float32 as TRL holds them.
-torch::Tensor Trainer::score(const Drawn& drawn) {
+// [N, K] rewards of this rank's completions, in float32 as TRL holds them. Keeps the decoded texts.
+torch::Tensor Trainer::score(Drawn& drawn) {
   const RolloutBatch& rows = drawn.rows;
   std::vector<std::string> texts;
   std::vector<int64_t> counts;
@@ -195,7 +207,9 @@ torch::Tensor Trainer::score(const Drawn& drawn) {
                                        /*skip_special_tokens=*/true));
     counts.push_back(length);
   }
-  return rewards_->score(drawn.prompt_texts, texts, counts, drawn.fields).to(torch::kFloat32);
+  torch::Tensor out = rewards_->score(drawn.prompt_texts, texts, counts, drawn.fields).to(torch::kFloat32);
+  drawn.completion_texts = std::move(texts);
+  return out;
 }
 
 // Old log-probs (only when the policy changes within a cycle; their entropies replace the sampler's)

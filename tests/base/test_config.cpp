@@ -151,3 +151,60 @@ TEST_CASE("config: every key in code is documented in docs/config.md") {
     CHECK(found);
   }
 }
+
+TEST_CASE("config: named reward tables: workers and reward models by name, round trip through config show") {
+  auto path = write_temp_config("named.toml",
+                                "[reward]\nfunctions = [\"length\", \"judge\", \"rm\"]\nreward_weights = [1.0, 0.5, 2.0]\n"
+                                "[reward.workers.judge]\ncommand = \"python3 judge.py\"\ntimeout_s = 12.5\nbatch_size = 4\n"
+                                "[reward.models.rm]\npath = \"models/rm\"\nbatch_size = 16\n");
+  const Config c = load_config(path.string());
+  REQUIRE(c.reward.workers.size() == 1);
+  CHECK(c.reward.workers.at("judge").command == "python3 judge.py");
+  CHECK(c.reward.workers.at("judge").timeout_s == 12.5);
+  CHECK(c.reward.workers.at("judge").batch_size == 4);
+  CHECK(c.reward.models.at("rm").path == "models/rm");
+  CHECK(c.reward.models.at("rm").batch_size == 16);
+  // config.resolved.toml reads back to the same config
+  const auto resolved = write_temp_config("named-resolved.toml", config_to_toml(c));
+  CHECK(config_hash(load_config(resolved.string())) == config_hash(c));
+  // --set reaches the named tables too
+  const Config o = config_from_overrides({"reward.functions=[\"length\",\"judge\"]", "reward.workers.judge.command=\"x\""});
+  CHECK(o.reward.workers.at("judge").command == "x");
+}
+
+TEST_CASE("config: named reward tables: each mistake is one line naming the table") {
+  auto error_for = [](const std::string& text) {
+    return error_of([&] { load_config(write_temp_config("bad-named.toml", text).string()); });
+  };
+  CHECK_THAT(error_for("[reward]\nfunctions = [\"length\", \"judge\"]\n"),
+             Catch::Contains("unknown reward function \"judge\": not a built-in") && Catch::Contains("[reward.workers.judge]"));
+  CHECK_THAT(error_for("[reward]\nfunctions = [\"length\"]\n[reward.workers.judge]\ncommand = \"x\"\n"),
+             Catch::Contains("[reward.workers.judge] is defined but reward.functions does not name \"judge\""));
+  CHECK_THAT(error_for("[reward]\nfunctions = [\"judge\"]\n[reward.workers.judge]\ntimeout_s = 3\n"),
+             Catch::Contains("[reward.workers.judge] has no command"));
+  CHECK_THAT(error_for("[reward]\nfunctions = [\"judge\"]\n[reward.workers.judge]\ncommand = \"x\"\ncomand = \"y\"\n"),
+             Catch::Contains("bad-named.toml:5") && Catch::Contains("unknown key reward.workers.judge.comand"));
+  CHECK_THAT(error_for("[reward]\nfunctions = [\"length\"]\n[reward.models.length]\npath = \"x\"\n"),
+             Catch::Contains("is a built-in reward"));
+  CHECK_THAT(error_for("[reward]\nfunctions = [\"rm\"]\n[reward.models.rm]\nbatch_size = 2\n"),
+             Catch::Contains("[reward.models.rm] has no path"));
+}
+
+TEST_CASE("config: TRL's names at the wrong place point at the rayless key") {
+  CHECK_THAT(error_of([] { load_config(write_temp_config("flat.toml", "num_generations = 4\n").string()); }),
+             Catch::Contains("unknown top-level key num_generations") && Catch::Contains("grpo.num_generations"));
+  CHECK_THAT(error_of([] { load_config(write_temp_config("lr.toml", "[grpo]\nlearning_rate = 1e-6\n").string()); }),
+             Catch::Contains("did you mean optim.learning_rate?"));
+  CHECK_THAT(error_of([] { load_config(write_temp_config("tb.toml", "[log]\nreport_to = \"tensorboard\"\n").string()); }),
+             Catch::Contains("TRL's report_to is log.tensorboard here"));
+}
+
+TEST_CASE("config: floats print as the shortest text that reads back the same") {
+  Config c;
+  c.optim.learning_rate = 1e-6;
+  c.grpo.epsilon = 0.2;
+  c.distributed.collective_timeout_s = 300;
+  const std::string text = config_to_toml(c);
+  CHECK_THAT(text, Catch::Contains("learning_rate = 1e-06") && Catch::Contains("epsilon = 0.2\n") &&
+                       Catch::Contains("collective_timeout_s = 300.0"));
+}

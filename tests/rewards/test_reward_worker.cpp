@@ -114,6 +114,14 @@ TEST_CASE("worker: a worker that exits is a runtime error naming the command") {
   }
 }
 
+TEST_CASE("worker: a named worker ([reward.workers.NAME]) is named in its errors") {
+  const std::string command = "sh " + worker_script("exit_after_one.sh");
+  RewardWorker worker(command, 20.0, 0, 0, "judge");
+  CHECK(worker.name() == "judge");
+  CHECK_THROWS_WITH(run(worker, make_batch({"a", "b"})),
+                    Catch::Contains("reward worker \"judge\" (" + command + ")") && Catch::Contains("exited with status 3"));
+}
+
 TEST_CASE("worker: a command that does not exist is a runtime error") {
   RewardWorker worker("/nonexistent/reward-worker --flag", 20.0, 0, 0);
   CHECK_THROWS_WITH(run(worker, make_batch({"a"})), Catch::Contains("/nonexistent/reward-worker") &&

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,24 @@ struct GenerationConfig {
   std::vector<int64_t> eos_token_ids;       // empty = the tokenizer's / generation_config's
 };
 
+// [reward.workers.NAME]: a reward worker of its own (a long-running process, docs/rewards.md).
+struct RewardWorkerConfig {
+  std::string command;      // /bin/sh -c COMMAND
+  double timeout_s = 60.0;  // seconds it may take per request
+  int64_t batch_size = 0;   // 0 = one JSON line per completion
+};
+
+// [reward.models.NAME]: a Hugging Face *ForSequenceClassification directory (num_labels = 1).
+struct RewardModelConfig {
+  std::string path;         // model directory (config.json, safetensors, tokenizer)
+  std::string tokenizer;    // tokenizer.json (default: the model directory's)
+  int64_t batch_size = 8;   // texts per forward pass
+};
+
 struct RewardConfig {
-  std::vector<std::string> functions = {"length"};  // length | format | answer | repetition | worker
+  // built-ins (length | format | answer | repetition | worker) or names of [reward.workers.NAME] /
+  // [reward.models.NAME] tables
+  std::vector<std::string> functions = {"length"};
   std::vector<double> reward_weights;               // empty = all 1.0
   int64_t length_target = 32;                       // length reward: -|target - len(completion)|
   LengthUnit length_unit = LengthUnit::Tokens;
@@ -65,6 +82,8 @@ struct RewardConfig {
   std::string worker_command = "";                  // worker reward: command line of the worker
   double worker_timeout_s = 60.0;
   int64_t worker_batch_size = 0;                    // 0 = one JSON line per completion
+  std::map<std::string, RewardWorkerConfig> workers;  // [reward.workers.NAME]
+  std::map<std::string, RewardModelConfig> models;    // [reward.models.NAME]
 };
 
 struct GrpoConfig {
@@ -126,6 +145,17 @@ struct LogConfig {
   int64_t logging_steps = 10;                       // TRL's GRPOConfig default
   bool console = true;                              // one progress line per step on rank 0
   LogLevel level = LogLevel::Info;
+  bool tensorboard = false;                         // event files in OUTPUT/tensorboard/
+  int64_t num_completions_to_print = 0;             // sample table at each logging step (TRL's log_completions)
+};
+
+// Evaluation during training on a held-out prompt set (TRL's eval_strategy = "steps").
+struct EvalConfig {
+  std::string path;                                 // JSONL in the training format; empty = no eval
+  int64_t steps = 0;                                // every N optimizer steps (0 = only at the end)
+  int64_t num_generations = 1;                      // completions per eval prompt
+  int64_t max_samples = 0;                          // first N prompts (0 = all)
+  bool greedy = true;                               // greedy decoding, else sampled as in training
 };
 
 struct DistributedConfig {
@@ -147,6 +177,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LogConfig log;
   DistributedConfig distributed;
+  EvalConfig eval;
 
   // derived values, always consistent with the keys above
   double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rayless/base/choices.h"
+#include "rayless/base/error.h"
 
 namespace rayless {
 
@@ -30,6 +31,8 @@ class RewardFunction {
   // "" when a dataset row has what this function needs to score it, else why not (checked for every
   // row when the dataset loads, so a bad row stops the run before it trains).
   virtual std::string check_row(const nlohmann::json& row) const { return ""; }
+  // true for functions that wait on another process (workers): RewardSet runs them concurrently
+  virtual bool runs_apart() const { return false; }
 };
 
 // Built-ins, usable on their own (tests, tools). Each is documented in docs/rewards.md.
@@ -48,7 +51,8 @@ class RewardSet {
  public:
   // Builds the functions named in config.reward.functions (worker processes start here, one per
   // rank; `rank` goes to the worker as RAYLESS_RANK). Bad settings are InputErrors.
-  RewardSet(const Config& config, int rank = 0);
+  // Reward models ([reward.models.NAME]) load onto `device` in `dtype`.
+  RewardSet(const Config& config, int rank = 0, torch::Device device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
   ~RewardSet();
   RewardSet(const RewardSet&) = delete;
   RewardSet& operator=(const RewardSet&) = delete;
@@ -76,12 +80,14 @@ class RewardSet {
 // name the command; the process is stopped when the object goes away.
 class RewardWorker : public RewardFunction {
  public:
-  RewardWorker(std::string command, double timeout_s, int64_t batch_size, int rank = 0);
+  // `name`: its entry in reward.functions ("worker" for reward.worker_command; else the table's name)
+  RewardWorker(std::string command, double timeout_s, int64_t batch_size, int rank = 0, std::string name = "worker");
   ~RewardWorker() override;
-  std::string name() const override { return "worker"; }
+  std::string name() const override { return name_; }
   std::vector<double> score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
                             const std::vector<int64_t>& completion_token_counts,
                             const std::vector<nlohmann::json>& rows) override;
+  bool runs_apart() const override { return true; }
   int pid() const { return pid_; }
 
  private:
@@ -89,7 +95,10 @@ class RewardWorker : public RewardFunction {
   std::vector<std::string> exchange(const std::vector<std::string>& lines);
   [[noreturn]] void fail_exited(const std::string& during);
   void stop();
+  // names the worker in errors: reward worker "judge" (python3 judge.py)
+  std::string who() const { return str("reward worker \"", name_, "\" (", command_, ")"); }
 
+  std::string name_;
   std::string command_;
   double timeout_s_;
   int64_t batch_size_;

@@ -26,6 +26,7 @@
 #include "rayless/rollout/rollout_batch.h"
 #include "rayless/sampler/sampler.h"
 #include "rayless/trainer/metrics.h"
+#include "rayless/trainer/sample_table.h"
 
 namespace rayless {
 
@@ -36,6 +37,7 @@ class Optimizer;
 class ReplaySource;
 class RewardSet;
 class Runtime;
+class TensorBoardWriter;
 class Tokenizer;
 struct AdvantageOutput;
 
@@ -73,6 +75,7 @@ class Trainer {
     RolloutBatch rows;  // prompt_ids, group_index, completion ids/mask/lengths/truncated
     std::vector<std::string> prompt_texts;
     std::vector<nlohmann::json> fields;  // dataset rows (for rewards)
+    std::vector<std::string> completion_texts;  // decoded by score()
     GenerationOutput sampled;            // the sampler's log-probs and entropies (undefined when replayed)
   };
 
@@ -81,13 +84,23 @@ class Trainer {
   Drawn draw_sampled(int64_t generation_step);
   Drawn draw_replayed(int64_t generation_step);
   void add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where);
-  torch::Tensor score(const Drawn& drawn);
+  void take_sampled(Drawn& drawn, int64_t step);
+  RolloutAttrs store_attrs(int64_t num_generations) const;
+  torch::Tensor score(Drawn& drawn);
   void old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropies);
   Generation reload_generation(int64_t generation_step);
   torch::Tensor micro_batch_order(int64_t generation_step, int64_t rows) const;
   LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                        int64_t prompt_width);
+
+  // evaluation (trainer_eval.cpp)
+  bool eval_due() const;
+  StepMetrics evaluate();
+
+  // sample completions for the console (log.num_completions_to_print)
+  void keep_samples(const Drawn& drawn, const torch::Tensor& rewards_per_func, const torch::Tensor& advantages);
+  void print_samples();
 
   // training (trainer.cpp)
   StepMetrics train_micro_batch(const Generation& generation, int64_t micro_index);
@@ -117,6 +130,9 @@ class Trainer {
   std::unique_ptr<RewardSet> rewards_;
   std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
   std::unique_ptr<MetricsLog> metrics_log_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard
+  PromptDataset eval_dataset_;                      // eval.path (empty: no evaluation)
+  std::vector<SampleRow> samples_;                  // rank 0: the latest generation's first rows
   ShardSpec shard_spec_;  // the whole generation batch of prompts; each rank takes its completions
   std::string config_hash_;
   LossSettings loss_settings_;

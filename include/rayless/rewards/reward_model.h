@@ -1,0 +1,42 @@
+// A reward model as a reward function: a Hugging Face Qwen2ForSequenceClassification /
+// LlamaForSequenceClassification directory (config.json with one label, safetensors with the decoder
+// under model.* and the head as score.weight [1, hidden]). Scores as TRL's GRPOTrainer scores a reward
+// model: text = prompt + completion, tokenized by the reward model's own tokenizer without special
+// tokens, right-padded in batches of batch_size; the score is the head applied to the final hidden state
+// of the last token that is not the pad token (as transformers picks it), in inference mode.
+#pragma once
+#include <torch/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rayless/model/model.h"
+#include "rayless/model/tokenizer.h"
+#include "rayless/rewards/rewards.h"
+
+namespace rayless {
+
+class RewardModel : public RewardFunction {
+ public:
+  // InputError naming the file when the directory is not a single-score classifier.
+  RewardModel(std::string name, const std::filesystem::path& dir, const std::string& tokenizer_path, int64_t batch_size,
+              torch::Device device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
+  std::string name() const override { return name_; }
+  std::vector<double> score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
+                            const std::vector<int64_t>& completion_token_counts,
+                            const std::vector<nlohmann::json>& rows) override;
+  // Scores of whole texts (what score() feeds it), batch by batch.
+  std::vector<double> score_texts(const std::vector<std::string>& texts);
+
+ private:
+  std::string name_;
+  int64_t batch_size_;
+  int64_t pad_id_;
+  CausalLM backbone_{nullptr};  // the decoder; its LM head is never used
+  torch::Tensor score_weight_;  // [1, hidden]
+  std::shared_ptr<Tokenizer> tokenizer_;
+};
+
+}  // namespace rayless

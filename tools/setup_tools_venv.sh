@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates .venv-tools/ with TensorBoard, which tests/trainer/tensorboard_reader.py uses to check that
+# rayless's event files load in TensorBoard itself. Idempotent. Always exits 0: without network the
+# install fails, and the tests that need it then skip (exit 77) rather than fail.
+set -uo pipefail
+root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="$root_dir/.venv-tools"
+
+say() { printf 'setup_tools_venv: %s\n' "$*"; }
+warn() { printf 'setup_tools_venv: warning: %s\n' "$*" >&2; }
+
+if [[ -x "$venv/bin/python" ]]; then
+  say "using existing $venv"
+else
+  if ! python3 -m venv "$venv"; then
+    warn "python3 -m venv $venv failed (Debian: apt-get install python3-venv); TensorBoard tests will skip"
+    exit 0
+  fi
+  say "created $venv"
+fi
+
+if "$venv/bin/python" -c 'import tensorboard' 2>/dev/null; then
+  say "tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)') already installed"
+  exit 0
+fi
+
+if "$venv/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard; then
+  say "installed tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)')"
+else
+  warn "pip install tensorboard failed; TensorBoard tests will skip"
+fi
+exit 0
