@@ -10,6 +10,8 @@
 #   Torch_DIR / CMAKE_PREFIX_PATH  use another LibTorch instead of the venv's (cluster module, archive)
 #   RAYLESS_CUDA        ON | OFF | AUTO (default AUTO: on when the LibTorch found has CUDA)
 #   RAYLESS_SKIP_BUILD=1  install and configure only
+#   RAYLESS_NO_APT=1    never call apt-get, even as root (a machine without a package mirror: the GPU
+#                       check finds everything from the environment, tools/gpu/device_check.sh)
 set -euo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root_dir"
@@ -44,7 +46,7 @@ install_system_packages() {
     have_debian_package "$p" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null && [ "${RAYLESS_NO_APT:-0}" != 1 ]; then
     say "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null || die "apt-get update failed"

@@ -2,6 +2,8 @@
 // G generations of each prompt and decoding proceeds one token per step for all rows still running.
 #include "rayless/sampler/sampler.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include <c10/core/InferenceMode.h>
 
 #include "rayless/base/config.h"
@@ -52,6 +54,15 @@ torch::Tensor process_logits(const torch::Tensor& scores_in, const torch::Tensor
 
 namespace {
 
+// The generator sampling uses on `device`: the given CPU one on the CPU; on CUDA a new CUDA generator
+// seeded with the CPU one's seed, so a run's randomness still derives from (seed, rank, step, purpose).
+torch::Generator generator_on(torch::Device device, torch::Generator& cpu_generator) {
+  if (device.is_cpu()) return cpu_generator;
+  torch::Generator on_device = at::detail::getCUDAHooks().getNewGenerator(device.index());
+  on_device.set_current_seed(cpu_generator.current_seed());
+  return on_device;
+}
+
 GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                               const SamplingParams& params, torch::Generator& generator, const Tokenizer* tokenizer) {
   inputCheck(!prompts.empty(), "generate: no prompts");
@@ -95,15 +106,29 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
   std::vector<std::vector<int64_t>> completion_so_far(params.stop_strings.empty() ? 0 : n);
   torch::Tensor ids_so_far = params.repetition_penalty != 1.0 ? prompt_ids.clone() : torch::Tensor();
 
+  // Logits stay on the model's device: processing, sampling and the per-token log-prob and entropy run
+  // there, and only [rows] ids, log-probs and entropies cross to the host each step (on the CPU this is
+  // the same arithmetic as ever). A CUDA run samples with a CUDA generator seeded like the CPU one.
+  torch::Generator device_generator = generator_on(device, generator);
+  if (ids_so_far.defined()) ids_so_far = ids_so_far.to(device);
   for (int64_t step = 0; step < params.max_new_tokens; ++step) {
-    auto scores = last_logits.to(torch::kCPU);
+    const torch::Tensor& scores = last_logits;
     auto processed = process_logits(scores, ids_so_far, params);
-    torch::Tensor sampled;
+    torch::Tensor sampled_on_device;
     if (greedy) {
-      sampled = processed.argmax(-1);
+      sampled_on_device = processed.argmax(-1);
     } else {
-      sampled = torch::multinomial(processed.softmax(-1), 1, /*replacement=*/false, generator).squeeze(1);
+      sampled_on_device =
+          torch::multinomial(processed.softmax(-1), 1, /*replacement=*/false, device_generator).squeeze(1);
     }
+    torch::Tensor step_logprobs, step_entropies;
+    if (params.return_logprobs) {
+      auto base = greedy ? scores : scores / params.temperature;
+      const auto log_probs = base.log_softmax(-1);
+      step_logprobs = log_probs.gather(1, sampled_on_device.unsqueeze(1)).squeeze(1).cpu();
+      step_entropies = (-(log_probs.exp() * log_probs).nan_to_num(0.0).sum(-1)).cpu();  // 0 * -inf counts 0
+    }
+    torch::Tensor sampled = sampled_on_device.cpu();
     const auto running = done_in_batch.logical_not();
     sampled = torch::where(running, sampled, torch::full_like(sampled, params.pad_id));
     // back to all n output rows: rows no longer in the batch get padding and mask 0
@@ -111,13 +136,9 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
     tokens.push_back(torch::full({n}, params.pad_id, torch::kLong).index_copy_(0, rows_in_batch, sampled));
     token_mask.push_back(alive.to(torch::kLong));
     if (params.return_logprobs) {
-      auto base = greedy ? scores : scores / params.temperature;
-      const auto log_probs = base.log_softmax(-1);
-      auto lp = log_probs.gather(1, sampled.unsqueeze(1)).squeeze(1);
-      lp = torch::where(running, lp, torch::zeros_like(lp));
+      auto lp = torch::where(running, step_logprobs, torch::zeros_like(step_logprobs));
       token_logprobs.push_back(torch::zeros({n}, lp.options()).index_copy_(0, rows_in_batch, lp));
-      auto entropy = -(log_probs.exp() * log_probs).nan_to_num(0.0).sum(-1);  // 0 * -inf counts 0
-      entropy = torch::where(running, entropy, torch::zeros_like(entropy));
+      auto entropy = torch::where(running, step_entropies, torch::zeros_like(step_entropies));
       token_entropies.push_back(torch::zeros({n}, entropy.options()).index_copy_(0, rows_in_batch, entropy));
     }
     auto hit_eos = torch::isin(sampled, eos) & running;
@@ -136,7 +157,7 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
     }
     done_in_batch = done_in_batch | hit_eos;
     finished.index_fill_(0, rows_in_batch.masked_select(hit_eos), true);
-    if (ids_so_far.defined()) ids_so_far = torch::cat({ids_so_far, sampled.unsqueeze(1)}, 1);
+    if (ids_so_far.defined()) ids_so_far = torch::cat({ids_so_far, sampled.unsqueeze(1).to(device)}, 1);
     const int64_t num_done = done_in_batch.sum().item<int64_t>();  // one host sync per step
     if (num_done == done_in_batch.size(0) || step + 1 == params.max_new_tokens) break;
     if (4 * num_done >= done_in_batch.size(0)) {
@@ -147,7 +168,7 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
       rows_in_batch = rows_in_batch.index_select(0, keep);
       sampled = sampled.index_select(0, keep);
       done_in_batch = done_in_batch.index_select(0, keep);
-      if (ids_so_far.defined()) ids_so_far = ids_so_far.index_select(0, keep);
+      if (ids_so_far.defined()) ids_so_far = ids_so_far.index_select(0, keep.to(device));
     }
     mask = torch::cat({mask, torch::ones({mask.size(0), 1}, mask.options())}, 1);
     hidden = model->forward_hidden(sampled.unsqueeze(1).to(device), mask, next_position, &cache);

@@ -1,0 +1,6 @@
+# tools/gpu/device_check.sh's CPU dry run: every step of the GPU check (backend and model comparisons,
+# train + SIGUSR1 + resume, benches) on build/ with the tiny model; fails when any step fails.
+add_test(NAME gpu-device-check-dry-run
+         COMMAND ${CMAKE_SOURCE_DIR}/tools/gpu/device_check.sh --dry-run --no-build)
+set_tests_properties(gpu-device-check-dry-run PROPERTIES ENVIRONMENT "OUT=${CMAKE_BINARY_DIR}/gpu-check-dry-run;${RAYLESS_MPI_ENV}"
+                     TIMEOUT 600 PROCESSORS 2 LABELS "mpi;e2e")

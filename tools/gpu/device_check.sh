@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# First contact with a GPU, as one prepared run: builds rayless with CUDA + NCCL against the machine's
+# LibTorch, runs the CUDA-vs-CPU and NCCL-vs-MPI tests, trains a Qwen2.5-0.5B-shaped random model on the
+# GPU (bf16, fused log-probs, mu = 2, top_entropy_quantile = 0.2), stops it with SIGUSR1 and resumes it,
+# and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
+# is timed and logged; a failing step is recorded and the next one still runs. Everything lands in
+# $OUT (default gpu-check-out/): device_check.log, steps.tsv, figures.json.
+#
+#   tools/gpu/fetch_deps.sh                           # here: the Debian packages the device lacks
+#   run (carry .gpu-deps): OUT=$OUT tools/gpu/device_check.sh    # on the GPU machine, < 8 minutes
+#   tools/gpu/device_check.sh --dry-run               # here, on the CPU: the same steps with the
+#                                                     # existing build/ and the tiny model (ctest
+#                                                     # "gpu-device-check-dry-run" runs it)
+set -uo pipefail
+root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root_dir"
+dry_run=0 build=1
+for arg in "$@"; do
+  case $arg in
+    --dry-run) dry_run=1 ;;
+    --no-build) build=0 ;;  # dry run from ctest: build/ is there already
+    *) echo "usage: tools/gpu/device_check.sh [--dry-run [--no-build]]" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-$root_dir/gpu-check-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/device_check.log") 2>&1
+: > "$OUT/steps.tsv"
+start_all=$(date +%s)
+say() { printf 'device-check: %s\n' "$*"; }
+# step NAME COMMAND...: runs it, records name, exit code and seconds
+step() {
+  local name=$1; shift
+  say "---- $name: $*"
+  local t0=$(date +%s.%N) rc
+  "$@"
+  rc=$?
+  local seconds=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$seconds" >> "$OUT/steps.tsv"
+  say "---- $name: exit $rc in $seconds s"
+  return 0
+}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+# ---- 0. the environment: the carried Debian packages unpacked into a prefix, never into / --------
+use_carried_packages() {
+  local debs=$root_dir/.gpu-deps/debs prefix=$root_dir/.gpu-deps/prefix
+  [ -d "$debs" ] || { say "no .gpu-deps/debs (run tools/gpu/fetch_deps.sh here and carry .gpu-deps)"; return 1; }
+  if [ ! -f "$prefix/.unpacked" ]; then
+    mkdir -p "$prefix"
+    for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$prefix" || return 1; done
+    touch "$prefix/.unpacked"
+  fi
+  local arch=x86_64-linux-gnu usr=$prefix/usr
+  mkdir -p "$prefix/bin"
+  # Debian names the wrappers *.openmpi and links the plain names through alternatives: link them here
+  for tool in mpicc mpicxx mpic++ mpirun mpiexec; do
+    [ -e "$usr/bin/$tool.openmpi" ] && ln -sf "$usr/bin/$tool.openmpi" "$prefix/bin/$tool"
+  done
+  [ -e "$prefix/bin/mpirun" ] || ln -sf "$usr/bin/orterun" "$prefix/bin/mpirun"
+  export PATH=$prefix/bin:$usr/bin:$PATH
+  export OPAL_PREFIX=$usr  # Open MPI finds its libraries, plugins and help files relative to this
+  export LD_LIBRARY_PATH=$usr/lib/$arch:$usr/lib/$arch/openmpi/lib:$usr/lib/$arch/hdf5/serial/lib:${LD_LIBRARY_PATH:-}
+  export CMAKE_PREFIX_PATH=$usr:${CMAKE_PREFIX_PATH:-}
+  export HDF5_ROOT=$usr/lib/$arch/hdf5/serial
+  export PKG_CONFIG_PATH=$usr/lib/$arch/pkgconfig:$usr/share/pkgconfig:${PKG_CONFIG_PATH:-}
+  export RAYLESS_CMAKE_ARGS="-DMPI_C_COMPILER=$prefix/bin/mpicc -DMPI_CXX_COMPILER=$prefix/bin/mpicxx -DHDF5_C_COMPILER_EXECUTABLE=/nonexistent ${RAYLESS_CMAKE_ARGS:-}"
+  say "packages from $prefix (OPAL_PREFIX=$OPAL_PREFIX)"
+}
+
+versions() {
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>/dev/null
+  "$build_dir/rayless" version
+}
+
+if [ $dry_run = 1 ]; then
+  say "dry run on the CPU: build/, tiny model, float32"
+  build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json steps=3 bench_model=tiny logprob_sizes=small
+  [ $build = 1 ] && step build ./tools/setup.sh
+else
+  build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json steps=4 bench_model=0.5b
+  logprob_sizes=large
+  step deps use_carried_packages
+  torch_dir=$(python3 -c 'import torch.utils, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
+  step build env Torch_DIR="$torch_dir" RAYLESS_CUDA=ON RAYLESS_NO_APT=1 RAYLESS_BUILD_DIR=$build_dir ./tools/setup.sh
+fi
+step versions versions
+
+# ---- 1. backends and models against the CPU ------------------------------------------------------
+# one GPU: NCCL refuses two ranks on one device, so the NCCL tests run at np 1 (they say so at np > 1)
+step nccl-vs-mpi mpirun -np 1 "$build_dir/tests/test-devices-mpi"
+step cuda-vs-cpu "$build_dir/tests/test-devices"
+step comm-np2 mpirun -np 2 "$build_dir/tests/test-comm-mpi"
+step refcheck ctest --test-dir "$build_dir" -R refcheck --output-on-failure --no-tests=error
+step golden ctest --test-dir "$build_dir" -R "^(model|sampler):golden" --output-on-failure --no-tests=error
+
+# ---- 2. train on the device, stop with SIGUSR1, resume ------------------------------------------
+model_dir=$OUT/model
+rm -rf "$model_dir" "$OUT/run"
+step init-model "$build_dir/rayless-bench" init-model --config-json "$model_json" --out "$model_dir"
+train_args=(--config configs/demo.toml --set "model.path=\"$model_dir\"" --set model.device="$device" --set model.dtype="$dtype"
+            --set train.bf16=false --set grpo.num_iterations=2 --set grpo.top_entropy_quantile=0.2
+            --set generation.max_completion_length=128 --set grpo.num_generations=8 --set train.per_device_train_batch_size=16
+            --set checkpoint.save_steps=1000 --set log.logging_steps=1)
+train_until_signal() {
+  "$build_dir/rayless" train "${train_args[@]}" --output "$OUT/run" --set train.max_steps=100 &
+  local pid=$! i
+  for ((i = 0; i < 600; i++)); do
+    [ "$(wc -l < "$OUT/run/metrics.jsonl" 2>/dev/null || echo 0)" -ge "$steps" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -USR1 $pid 2>/dev/null
+  wait $pid
+  local rc=$?
+  say "train exited $rc after SIGUSR1 (3 = checkpointed)"
+  [ $rc -eq 3 ]
+}
+step train-signal train_until_signal
+resume_once() {
+  local done_steps=$(wc -l < "$OUT/run/metrics.jsonl")
+  "$build_dir/rayless" train "${train_args[@]}" --output "$OUT/run" --set "train.max_steps=$((done_steps + 1))" --resume auto
+}
+step train-resume resume_once
+
+# ---- 3. measurements ------------------------------------------------------------------------------
+step bench-model "$build_dir/rayless-bench" model --model "$bench_model" --device "$device"
+# (the log-prob bench measures host memory: on the GPU machine it times the CPU pass; see docs/benchmarks.md)
+step bench-logprobs "$build_dir/rayless-bench" logprobs --sizes "$logprob_sizes" --methods selective,fused
+matmul() {
+  python3 - "$device" <<'PY'
+import sys, time
+try:
+    import torch
+except ImportError:
+    print("matmul: skipped (no torch in python3)"); sys.exit(0)
+device = sys.argv[1]
+if device != "cuda" or not torch.cuda.is_available():
+    print("matmul: skipped (no CUDA device)"); sys.exit(0)
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.time()
+for _ in range(10): a @ b
+torch.cuda.synchronize()
+print(f"matmul bf16 8192^3: {10 * 2 * 8192**3 / (time.time() - t) / 1e12:.0f} TFLOP/s")
+PY
+}
+step matmul matmul
+
+# ---- 4. figures ------------------------------------------------------------------------------------
+python3 - "$OUT" "$device" <<'PY'
+import json, os, sys
+out, device = sys.argv[1:3]
+steps = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps.tsv"))]
+figures = {"device": device, "steps": {name: {"exit": int(rc), "seconds": float(s)} for name, rc, s in steps}}
+metrics_path = os.path.join(out, "run", "metrics.jsonl")
+if os.path.exists(metrics_path):
+    rows = [json.loads(l) for l in open(metrics_path) if l.strip()]
+    keys = ["tokens_per_second", "time/sampling", "time/train", "step_time", "memory/peak_rss_mb", "entropy_threshold", "loss"]
+    figures["train"] = [{k: r.get(k) for k in ["step"] + keys} for r in rows]
+json.dump(figures, open(os.path.join(out, "figures.json"), "w"), indent=1)
+failed = [name for name, rc, _ in steps if rc != "0"]
+print("device-check: figures in", os.path.join(out, "figures.json"), "; failed steps:", failed or "none")
+PY
+say "done in $(( $(date +%s) - start_all )) s"
+! cut -f2 "$OUT/steps.tsv" | grep -qv '^0$'
