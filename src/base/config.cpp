@@ -601,21 +601,9 @@ const std::vector<std::string>& known_reward_functions() {
   return names;
 }
 
-// The one table of cross-field rules: validation runs it, `rayless config reference` prints it into
-// docs/config.md (a test checks both ways). A rule returns "" when the config keeps it, else the error.
-const std::vector<CrossFieldRule>& cross_field_rules() {
-  static const std::vector<CrossFieldRule> rules = {
-      {"`grpo.num_generations >= 2` unless `grpo.scale_rewards = \"none\"` (a group of one has advantage 0)", false,
-       [](const Config& c, int64_t) -> std::string {
-         if (c.grpo.num_generations >= 2 || c.grpo.scale_rewards == ScaleRewards::None) return "";
-         return str("grpo.num_generations = ", c.grpo.num_generations,
-                    " leaves every group with one completion, so every advantage is 0: use >= 2");
-       }},
-      {"`grpo.generation_batch_size` and `grpo.steps_per_generation` are not both set (as TRL)", false,
-       [](const Config& c, int64_t) -> std::string {
-         if (c.grpo.steps_per_generation == 0 || c.grpo.generation_batch_size == 0) return "";
-         return "grpo.generation_batch_size and grpo.steps_per_generation cannot both be set (TRL refuses it too): set one";
-       }},
+// The rules about [reward]: names, tables, weights (part of cross_field_rules, kept apart for length).
+std::vector<CrossFieldRule> reward_rules() {
+  return {
       {"`reward.reward_weights`, when given, has one weight per entry of `reward.functions`", false,
        [](const Config& c, int64_t) -> std::string {
          if (c.reward.reward_weights.empty() || c.reward.reward_weights.size() == c.reward.functions.size()) return "";
@@ -663,7 +651,31 @@ const std::vector<CrossFieldRule>& cross_field_rules() {
          if (uses_reward(c, "format") && c.reward.format_pattern.empty())
            return "reward.functions names \"format\" but reward.format_pattern is empty";
          return "";
+       }}
+  };
+}
+
+// The first rules of the table: generation geometry.
+std::vector<CrossFieldRule> first_rules() {
+  return {
+      {"`grpo.num_generations >= 2` unless `grpo.scale_rewards = \"none\"` (a group of one has advantage 0)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.grpo.num_generations >= 2 || c.grpo.scale_rewards == ScaleRewards::None) return "";
+         return str("grpo.num_generations = ", c.grpo.num_generations,
+                    " leaves every group with one completion, so every advantage is 0: use >= 2");
        }},
+      {"`grpo.generation_batch_size` and `grpo.steps_per_generation` are not both set (as TRL)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.grpo.steps_per_generation == 0 || c.grpo.generation_batch_size == 0) return "";
+         return "grpo.generation_batch_size and grpo.steps_per_generation cannot both be set (TRL refuses it too): set one";
+       }}
+  };
+}
+
+// The rest of the table: reference model, dtype, clipping, templates, and the rules that need the
+// number of ranks.
+std::vector<CrossFieldRule> other_rules() {
+  return {
       {"`grpo.sync_ref_model` needs `grpo.beta > 0` (a reference model)", false,
        [](const Config& c, int64_t) -> std::string {
          if (!c.grpo.sync_ref_model || c.grpo.beta > 0) return "";
@@ -706,8 +718,20 @@ const std::vector<CrossFieldRule>& cross_field_rules() {
                     c.grpo.num_generations);
        }},
   };
+}
+
+// The one table of cross-field rules: validation runs it, `rayless config reference` prints it into
+// docs/config.md (a test checks both ways). A rule returns "" when the config keeps it, else the error.
+const std::vector<CrossFieldRule>& cross_field_rules() {
+  static const std::vector<CrossFieldRule> rules = [] {
+    std::vector<CrossFieldRule> all = first_rules();
+    for (auto& rule : reward_rules()) all.push_back(std::move(rule));
+    for (auto& rule : other_rules()) all.push_back(std::move(rule));
+    return all;
+  }();
   return rules;
 }
+
 
 void validate_config(const Config& c) {
   for (const CrossFieldRule& rule : cross_field_rules())

@@ -12,6 +12,31 @@
 
 namespace rayless::cli {
 
+namespace {
+
+// The sampling flags accept exactly what the config's [generation] keys accept: each goes through
+// the config's field table, and a refusal names the flag.
+GenerationConfig generation_from_flags(int64_t max_new_tokens, const std::string& temperature, const std::string& top_k,
+                                       const std::string& top_p, const std::string& min_p,
+                                       const std::string& repetition_penalty) {
+  Config config;
+  config.generation.max_completion_length = std::max<int64_t>(1, max_new_tokens);
+  for (const auto& [flag, key, value] : {std::tuple<const char*, const char*, std::string>{"temperature", "generation.temperature", temperature},
+                                         {"top-k", "generation.top_k", top_k},
+                                         {"top-p", "generation.top_p", top_p},
+                                         {"min-p", "generation.min_p", min_p},
+                                         {"repetition-penalty", "generation.repetition_penalty", repetition_penalty}}) {
+    try {
+      apply_override(config, str(key, "=", value));
+    } catch (const InputError& e) {
+      throw InputError(str("generate: --", flag, " ", value, ": ", e.what()));
+    }
+  }
+  return config.generation;
+}
+
+}  // namespace
+
 int generate(const Args& args) {
   po::options_description options("rayless generate");
   std::string model_dir, tokenizer_path, prompt, chat_template, system_prompt, dtype_name, device_name;
@@ -38,20 +63,8 @@ int generate(const Args& args) {
   if (!parse_options(args, "rayless generate --model DIR --prompt TEXT [--max-new-tokens N] [--greedy] [--json]", options, vm))
     return 0;
   inputCheck(max_new_tokens >= 0, "generate: --max-new-tokens must be >= 0");
-  // the sampling flags accept exactly what the config's [generation] keys accept
-  Config config;
-  config.generation.max_completion_length = std::max<int64_t>(1, max_new_tokens);
-  for (const auto& [flag, key, value] : {std::tuple<const char*, const char*, std::string>{"temperature", "generation.temperature", temperature},
-                                         {"top-k", "generation.top_k", top_k},
-                                         {"top-p", "generation.top_p", top_p},
-                                         {"min-p", "generation.min_p", min_p},
-                                         {"repetition-penalty", "generation.repetition_penalty", repetition_penalty}}) {
-    try {
-      apply_override(config, str(key, "=", value));
-    } catch (const InputError& e) {
-      throw InputError(str("generate: --", flag, " ", value, ": ", e.what()));
-    }
-  }
+  const GenerationConfig generation = generation_from_flags(max_new_tokens, temperature, top_k, top_p, min_p,
+                                                         repetition_penalty);
   inputCheck(device_name == "cpu" || device_name == "cuda", "generate: --device must be cpu or cuda");
   inputCheck(device_name == "cpu" || torch::cuda::is_available(), "generate: --device cuda but no CUDA device is available");
   const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
@@ -67,7 +80,7 @@ int generate(const Args& args) {
   const std::vector<int64_t> prompt_ids = tokenizer->encode(text);
   inputCheck(!prompt_ids.empty(), "generate: the prompt encodes to no tokens");
 
-  SamplingParams params = sampling_params_from_config(config.generation, *tokenizer);
+  SamplingParams params = sampling_params_from_config(generation, *tokenizer);
   params.max_new_tokens = max_new_tokens;
   params.greedy = params.greedy || vm.count("greedy") > 0;
   params.return_logprobs = true;
