@@ -36,5 +36,15 @@ if [ -x tools/slurm/start.sh ] && [ "${RAYLESS_SKIP_SLURM:-0}" != 1 ]; then
   fi
 fi
 
+# The two-node cluster (network namespaces; tests labelled multinode); down again on exit.
+if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && [ "${RAYLESS_SKIP_SLURM:-0}" != 1 ]; then
+  if tools/slurm/start_multinode.sh; then
+    trap 'tools/slurm/stop_multinode.sh || true; tools/slurm/stop.sh || true' EXIT
+    export RAYLESS_SLURM_MULTINODE_UP=1
+  else
+    echo "test: the two-node Slurm could not start: multinode tests will say SKIP" >&2
+  fi
+fi
+
 ctest --test-dir "$build_dir" -j "$(nproc)" --output-on-failure --timeout 600 "$@"
 echo "test: finished in $(( $(date +%s) - start )) s"

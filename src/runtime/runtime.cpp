@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
@@ -43,6 +46,33 @@ Runtime::~Runtime() {
   for (MPI_Comm* comm : {&node_, &control_, &world_})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
   if (owns_mpi_) MPI_Finalize();
+}
+
+std::string Runtime::placement() const {
+  char mine[256] = {};
+  gethostname(mine, sizeof mine - 1);
+  std::vector<char> all(256 * static_cast<size_t>(size_));
+  MPI_Allgather(mine, 256, MPI_CHAR, all.data(), 256, MPI_CHAR, world_);
+  // host -> its ranks as "a-b" runs, hosts in order of their lowest rank
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;
+  for (int r = 0; r < size_; ++r) {
+    const std::string host(&all[256 * static_cast<size_t>(r)]);
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {host, {}});
+    it->second.push_back(r);
+  }
+  std::string out = std::to_string(hosts.size()) + (hosts.size() == 1 ? " node (" : " nodes (");
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const auto& ranks = hosts[h].second;
+    out += (h ? ", " : "") + hosts[h].first + ": rank" + (ranks.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < ranks.size();) {
+      size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      out += (i ? "," : "") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+      i = j + 1;
+    }
+  }
+  return out + ")";
 }
 
 int Runtime::configure_threads(int64_t threads_per_rank) {

@@ -101,7 +101,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   optimizer_ = std::make_unique<Optimizer>(*policy_, cfg_.optim, cfg_.train.max_steps);
   data_parallel_ = std::make_unique<DataParallel>(*comm_, *policy_, cfg_.distributed.bucket_size_mb);
 
-  log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s), device ", device_.str(),
+  const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
+  log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters), ",
                dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), output ",
                output_dir_.string()));

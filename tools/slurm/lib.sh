@@ -109,3 +109,30 @@ slurm_report_job() {
 rayless_trainer_available() {
   "$1" train --help >/dev/null 2>&1
 }
+
+# Starts munged as the munge user with a private key and socket in $1/munge (which must exist, as
+# must $1/log and $1/run); returns non-zero (after printing its logs) when it does not come up within
+# 20 s. munged checks ownership and modes: its directory belongs to munge, and the socket directory
+# must be 755 so that clients (root, here) can reach the socket.
+slurm_start_munge() {
+  local dir=$1 munge_dir=$1/munge munge_user=munge i
+  id "$munge_user" >/dev/null 2>&1 || { echo "user munge does not exist (is the munge package installed?)" >&2; return 1; }
+  chown "$munge_user:" "$munge_dir"
+  chmod 755 "$munge_dir"
+  runuser -u "$munge_user" -- mungekey --create --keyfile="$munge_dir/munge.key" >/dev/null 2>&1 \
+    || { dd if=/dev/urandom of="$munge_dir/munge.key" bs=1024 count=1 status=none \
+         && chown "$munge_user:" "$munge_dir/munge.key"; }
+  chmod 600 "$munge_dir/munge.key"
+  local socket=$munge_dir/munge.socket.2
+  setsid runuser -u "$munge_user" -- munged --foreground --force \
+    --socket="$socket" --key-file="$munge_dir/munge.key" --log-file="$munge_dir/munged.log" \
+    --pid-file="$munge_dir/munged.pid" --seed-file="$munge_dir/munged.seed" \
+    >"$dir/log/munged.out" 2>&1 </dev/null &
+  echo $! >"$dir/run/munged.launcher.pid"
+  for ((i = 0; i < 80; i++)); do
+    [ -S "$socket" ] && munge -n -S "$socket" 2>/dev/null | unmunge -S "$socket" >/dev/null 2>&1 && return 0
+    sleep 0.25
+  done
+  cat "$dir/log/munged.out" "$munge_dir/munged.log" 2>/dev/null >&2
+  return 1
+}

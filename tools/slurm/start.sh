@@ -71,26 +71,9 @@ for port in "$ctld_port" "$slurmd_port"; do
   fi
 done
 
-# ---- munge: a private key and socket, run as the munge user ------------------------------------
-# munged checks ownership and modes: its directory belongs to munge, and the socket directory must
-# be 755 so that clients (root, here) can reach the socket.
-munge_dir=$dir/munge
-munge_user=munge
-id "$munge_user" >/dev/null 2>&1 || die "user munge does not exist (is the munge package installed?)"
-chown "$munge_user:" "$munge_dir"
-chmod 755 "$munge_dir"
-runuser -u "$munge_user" -- mungekey --create --keyfile="$munge_dir/munge.key" >/dev/null 2>&1 \
-  || { dd if=/dev/urandom of="$munge_dir/munge.key" bs=1024 count=1 status=none \
-       && chown "$munge_user:" "$munge_dir/munge.key"; }
-chmod 600 "$munge_dir/munge.key"
-munge_socket=$munge_dir/munge.socket.2
-setsid runuser -u "$munge_user" -- munged --foreground --force \
-  --socket="$munge_socket" --key-file="$munge_dir/munge.key" --log-file="$munge_dir/munged.log" \
-  --pid-file="$munge_dir/munged.pid" --seed-file="$munge_dir/munged.seed" \
-  >"$dir/log/munged.out" 2>&1 </dev/null &
-echo $! >"$dir/run/munged.launcher.pid"
-munge_ready() { [ -S "$munge_socket" ] && munge -n -S "$munge_socket" 2>/dev/null | unmunge -S "$munge_socket" >/dev/null 2>&1; }
-wait_for munge_ready 20 || { cat "$dir/log/munged.out" "$munge_dir/munged.log" 2>/dev/null >&2; die "munged did not come up"; }
+# ---- munge: a private key and socket, run as the munge user (tools/slurm/lib.sh) -----------------
+slurm_start_munge "$dir" || die "munged did not come up"
+munge_socket=$dir/munge/munge.socket.2
 
 # ---- slurm.conf ----------------------------------------------------------------------------------
 node_line=$(slurmd -C 2>/dev/null | head -n 1)

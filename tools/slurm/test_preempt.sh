@@ -39,7 +39,7 @@ export RAYLESS_BIN=$bin RAYLESS_CONFIG=$config
 
 # 1. the reference: no interruption
 job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/reference \
-        sbatch --parsable --output="$work/reference-%j.out" slurm/cpu.sbatch --set "train.max_steps=$steps" --set checkpoint.save_steps=10) \
+        sbatch --parsable ${RAYLESS_TEST_SBATCH_ARGS:-} --output="$work/reference-%j.out" slurm/cpu.sbatch --set "train.max_steps=$steps" --set checkpoint.save_steps=10) \
   || fail "sbatch slurm/cpu.sbatch failed"
 job=${job%%;*}
 state=$(slurm_wait_job "$job" "$limit")
@@ -48,7 +48,7 @@ echo "reference job $job ended $state"
 
 # 2. the preempted run
 job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/preempted \
-        sbatch --parsable --output="$work/preempted-%j.out" slurm/preemptible.sbatch --set "train.max_steps=$steps" --set checkpoint.save_steps=10) \
+        sbatch --parsable ${RAYLESS_TEST_SBATCH_ARGS:-} --output="$work/preempted-%j.out" slurm/preemptible.sbatch --set "train.max_steps=$steps" --set checkpoint.save_steps=10) \
   || fail "sbatch slurm/preemptible.sbatch failed"
 job=${job%%;*}
 log=$work/preempted-$job.out

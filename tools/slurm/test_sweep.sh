@@ -14,7 +14,7 @@ export FAKE_STEP_SECONDS=0.2
 values="1e-3 2e-3"
 job=$(cd "$root_dir" && RAYLESS_BIN=$root_dir/tools/slurm/fake_train.sh RAYLESS_OUTPUT=$work/sweep \
         RAYLESS_SWEEP_KEY=optim.learning_rate RAYLESS_SWEEP_VALUES="$values" \
-        sbatch --parsable --array=0-1 --ntasks=1 --output="$work/sweep-%A_%a.out" slurm/sweep.sbatch \
+        sbatch --parsable ${RAYLESS_TEST_SBATCH_ARGS:-} --array=0-1 --ntasks=1 --output="$work/sweep-%A_%a.out" slurm/sweep.sbatch \
           --set train.max_steps=2) || fail "sbatch failed"
 job=${job%%;*}
 for task in 0 1; do

@@ -36,6 +36,10 @@ class Runtime {
   MPI_Comm node() const { return node_; }    // ranks on this node
   MPI_Comm control() const { return control_; }  // separate duplicate for agreement on errors/signals
 
+  // Collective: where the ranks run, e.g. "2 nodes (node1: ranks 0-1, node2: ranks 2-3)" (host names
+  // from gethostname, ranks grouped in runs).
+  std::string placement() const;
+
   // Threads: threads_per_rank > 0 as given, else max(1, hardware cores / local_size). Calls
   // torch::set_num_threads and returns the number chosen.
   int configure_threads(int64_t threads_per_rank);
