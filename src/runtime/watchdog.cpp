@@ -2,7 +2,14 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -34,6 +41,8 @@ struct Watchdog::State {
   uint64_t calls = 0;               // collectives entered so far: says how far this rank got
   std::vector<InFlight> in_flight;  // stack of nested guards
   StallHandler handler;
+  std::string heartbeat_dir;        // where each rank's heartbeat file lives ("" = none)
+  Clock::time_point last_heartbeat;
 };
 
 Watchdog& Watchdog::instance() {
@@ -60,6 +69,69 @@ static void default_stall(const std::string& message) {
   std::_Exit(kExitRuntime);
 }
 
+namespace {
+
+std::string heartbeat_name(int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d", rank);
+  return name;
+}
+
+// "calls step unix-seconds host", written under a temporary name and renamed: a reader on another
+// node sees a whole line or the previous one.
+void write_heartbeat(const std::string& dir, int rank, uint64_t calls, int64_t step) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::filesystem::path path = std::filesystem::path(dir) / heartbeat_name(rank);
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << calls << " " << step << " " << std::time(nullptr) << " " << host << "\n";
+    if (!out) return;  // best effort: a full disk must not turn into a stall report
+  }
+  std::error_code ignored;
+  std::filesystem::rename(tmp, path, ignored);
+}
+
+// The ranks that have not reached collective call #calls, or whose heartbeat went quiet, as read
+// from the other ranks' heartbeat files: "rank 2 (node2: silent for 14 s, last at step 3, collective
+// #51)". Empty when nothing is known.
+std::string missing_ranks(const std::string& dir, int me, uint64_t calls, double quiet_s) {
+  std::error_code error;
+  std::string out;
+  const std::time_t now = std::time(nullptr);
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != 10 || name.rfind("rank-", 0) != 0) continue;
+    const int rank = std::atoi(name.c_str() + 5);
+    if (rank == me) continue;
+    std::ifstream in(entry.path());
+    uint64_t their_calls = 0;
+    int64_t step = -1;
+    long long at = 0;
+    std::string host;
+    if (!(in >> their_calls >> step >> at >> host)) continue;
+    const double silent = std::difftime(now, static_cast<std::time_t>(at));
+    if (their_calls >= calls && silent < quiet_s) continue;
+    std::ostringstream line;
+    line << (out.empty() ? "" : ", ") << "rank " << rank << " (" << host << ": silent for " << static_cast<long long>(silent)
+         << " s, last at step " << step << ", collective #" << their_calls << ")";
+    out += line.str();
+  }
+  return out;
+}
+
+}  // namespace
+
+void Watchdog::set_heartbeat_dir(const std::string& dir) {
+  std::error_code ignored;
+  std::filesystem::create_directories(dir, ignored);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.heartbeat_dir = dir;
+  s.last_heartbeat = Clock::time_point();
+}
+
 void Watchdog::start(double timeout_s, int rank) {
   State& s = state();
   {
@@ -79,6 +151,16 @@ void Watchdog::start(double timeout_s, int rank) {
       // poll often enough that a stall is seen within ~10 % of the timeout (at most every second)
       double poll_s = s.timeout_s > 0 ? std::min(1.0, std::max(0.01, s.timeout_s / 10)) : 1.0;
       s.wake.wait_for(lock, std::chrono::duration<double>(poll_s));
+      if (s.running && !s.heartbeat_dir.empty() && Clock::now() - s.last_heartbeat >= std::chrono::seconds(1)) {
+        s.last_heartbeat = Clock::now();
+        const std::string dir = s.heartbeat_dir;
+        const uint64_t calls = s.calls;
+        const int64_t step = s.step;
+        const int rank = s.rank;
+        lock.unlock();  // file I/O without the lock: guards must never wait on it
+        write_heartbeat(dir, rank, calls, step);
+        lock.lock();
+      }
       if (!s.running || s.fired || s.timeout_s <= 0 || s.in_flight.empty()) continue;
       const InFlight& top = s.in_flight.back();
       double waited = std::chrono::duration<double>(Clock::now() - top.since).count();
@@ -88,6 +170,12 @@ void Watchdog::start(double timeout_s, int rank) {
                                 " (collective call #", s.calls, "): not finished after ", waited,
                                 " s (distributed.collective_timeout_s = ", s.timeout_s,
                                 "); another rank failed or skipped it; aborting the job");
+      if (!s.heartbeat_dir.empty()) {
+        // who is missing, from the heartbeat files the ranks write beside the run
+        const std::string missing = missing_ranks(s.heartbeat_dir, s.rank, s.calls, std::max(5.0, s.timeout_s / 2));
+        message += missing.empty() ? std::string("; every other rank's heartbeat is recent")
+                                   : "; not arrived: " + missing;
+      }
       StallHandler handler = s.handler;
       lock.unlock();
       if (handler)

@@ -42,8 +42,8 @@ set_tests_properties("slurm: plot_reward.sh draws metrics.jsonl" PROPERTIES TIME
 
 # The two-node cluster (tools/slurm/start_multinode.sh: a network and UTS namespace per node, one
 # slurmd each), label multinode: training across nodes equals a single-node run, preemption and
-# requeue across nodes, an array job. Skipped (77) when tools/test.sh did not start it.
-foreach(_what train preempt sweep)
+# requeue across nodes, an array job, a node lost mid-run (named, then resumed exactly). Skipped (77) when tools/test.sh did not start it.
+foreach(_what train preempt sweep nodelost)
   add_test(NAME "multinode: ${_what}" COMMAND ${RAYLESS_SLURM_TOOLS}/test_multinode.sh ${_what} $<TARGET_FILE:rayless>
            ${RAYLESS_SLURM_WORK}/multinode-${_what})
   set_tests_properties("multinode: ${_what}" PROPERTIES SKIP_RETURN_CODE 77 RESOURCE_LOCK rayless_slurm_multinode

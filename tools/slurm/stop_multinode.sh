@@ -21,6 +21,13 @@ for ns in $namespaces; do
   [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
   ip netns del "$ns" && say "removed namespace $ns"
 done
+# a namespace goes only when its last process has; its veth's root end can outlive the del a moment
+for ((i = 0; i < 40; i++)); do
+  veths=$(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^rlmn-' || true)
+  [ -z "$veths" ] && break
+  for v in $veths; do ip link del "$v" 2>/dev/null; done
+  sleep 0.25
+done
 ip link show rlmnbr0 >/dev/null 2>&1 && ip link del rlmnbr0 && say "removed bridge rlmnbr0"
 if [ -f "$dir/munge/munged.pid" ]; then
   pid=$(tr -dc '0-9' <"$dir/munge/munged.pid")

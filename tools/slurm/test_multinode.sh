@@ -7,9 +7,13 @@
 #                                            a 4-rank single-node run's
 #   test_multinode.sh preempt RAYLESS WORK   test_preempt.sh across the two nodes
 #   test_multinode.sh sweep RAYLESS WORK     test_sweep.sh (array tasks) on the cluster
+#   test_multinode.sh nodelost RAYLESS WORK  node2 killed mid-run (its slurmd and ranks): the job ends
+#                                            within the watchdog bound naming node2's ranks, nothing is
+#                                            left running; after a cluster restart, --resume auto ends
+#                                            in the weights of an uninterrupted 4-rank run
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-what=${1:?usage: test_multinode.sh train|preempt|sweep RAYLESS WORK}
+what=${1:?usage: test_multinode.sh train|preempt|sweep|nodelost RAYLESS WORK}
 bin=${2:?}; work=${3:?}
 dir=${RAYLESS_SLURM_MN_DIR:-/tmp/rayless-slurm-mn}
 if [ "${RAYLESS_SLURM_MULTINODE_UP:-0}" != 1 ] || [ ! -f "$dir/env" ]; then
@@ -56,6 +60,65 @@ case $what in
     ;;
   sweep)
     (cd "$root_dir" && in_cluster tools/slurm/test_sweep.sh "$work")
+    ;;
+  nodelost)
+    wait_end() {  # JOB SECONDS -> prints the final state
+      local i state
+      for ((i = 0; i < $2; i++)); do
+        state=$(rl_exec scontrol -o show job "$1" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+        case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+        sleep 1
+      done
+      echo "$state"
+    }
+    # constant learning rate: a resume with a smaller max_steps then follows the same trajectory
+    common=(--set optim.lr_scheduler_type=constant --set checkpoint.save_steps=2 --set distributed.collective_timeout_s=10)
+    submit() {
+      (cd "$root_dir" && RAYLESS_BIN=$bin RAYLESS_CONFIG=$root_dir/configs/ci-small.toml RAYLESS_OUTPUT=$work/run \
+         rl_exec sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --time=10 --output="$work/job-%j.out" \
+         slurm/multinode.sbatch "${common[@]}" "$@")
+    }
+    # a fresh cluster: this test takes a node down
+    "$root_dir/tools/slurm/start_multinode.sh" > /dev/null || fail "cluster start"
+    source "$dir/env"
+    job=$(submit --set train.max_steps=400) || fail "sbatch failed"
+    job=${job%%;*}
+    for ((i = 0; i < 600; i++)); do
+      [ "$(wc -l < "$work/run/metrics.jsonl" 2>/dev/null || echo 0)" -ge 3 ] && break
+      sleep 0.5
+    done
+    [ "$(wc -l < "$work/run/metrics.jsonl" 2>/dev/null || echo 0)" -ge 3 ] || { cat "$work"/job-*.out; fail "no third step"; }
+    [ -s "$work/run/checkpoints/latest" ] || fail "no checkpoint before the node was lost"
+    t0=$(date +%s)
+    kill -KILL $(ip netns pids rlmn-node2) 2>/dev/null
+    # the ranks left on node1 end through the watchdog (10 s); Slurm then cleans up the step
+    for ((i = 0; i < 120; i++)); do pgrep -f "$bin train" >/dev/null || break; sleep 0.5; done
+    took=$(( $(date +%s) - t0 ))
+    state=$(wait_end "$job" 120)
+    cat "$work/job-$job.out"
+    echo "node2 killed: the ranks on node1 were gone after $took s; job $job ended $state after $(( $(date +%s) - t0 )) s"
+    # bound: the watchdog (10 s) + the step teardown after MPI_Abort (KillWait = 10 s) + 10 s
+    [ $took -le 30 ] || fail "the surviving ranks did not end within 10 s (watchdog) + 10 s (KillWait) + 10 s"
+    [ "$state" != RUNNING ] || fail "the job still runs"
+    grep -q "not arrived: .*rank [23] (node2: silent" "$work/job-$job.out" || fail "the stall message does not name node2's ranks"
+    ! pgrep -f "$bin train" >/dev/null || fail "rayless processes left running"
+    latest=$(cat "$work/run/checkpoints/latest")
+    # the node back (the whole cluster restarted), then resume
+    "$root_dir/tools/slurm/start_multinode.sh" || fail "cluster restart"
+    source "$dir/env"
+    steps=$(( $(echo "$latest" | sed -E 's/^step-0*([0-9]+).*/\1/') + 2 ))
+    job=$(submit --set "train.max_steps=$steps" --resume auto) || fail "sbatch --resume auto failed"
+    job=${job%%;*}
+    state=$(wait_end "$job" 300)
+    cat "$work/job-$job.out"
+    [ "$state" = COMPLETED ] || fail "the resumed job ended $state"
+    grep -q "resumed from .*$latest" "$work/job-$job.out" || fail "did not resume from $latest"
+    (cd "$root_dir" && mpirun -np 4 --oversubscribe --bind-to none "$bin" train --config "$root_dir/configs/ci-small.toml" \
+       --output "$work/single" "${common[@]}" --set "train.max_steps=$steps") > "$work/single.log" 2>&1 \
+      || { cat "$work/single.log"; fail "single-node run"; }
+    final=$(printf 'checkpoints/step-%08d/model.safetensors' $steps)
+    cmp "$work/run/$final" "$work/single/$final" || fail "the resumed run's weights differ from an uninterrupted run's"
+    echo "PASS: node lost -> job ended in $took s naming node2's ranks; resumed from $latest to step $steps, weights equal an uninterrupted run's"
     ;;
   *) fail "unknown test $what" ;;
 esac

@@ -1,7 +1,7 @@
 // The collective watchdog: every collective runs inside a CollectiveGuard; a background thread
 // checks the deadline, and a collective that has not finished within `distributed.collective_timeout_s`
-// prints which collective, step and rank stalled and aborts the job (MPI_Abort), so a rank that never
-// arrives (a bug, a crashed peer, a branch on local data) ends the job instead of hanging it.
+// prints which collective, step and rank stalled (and, from heartbeat files, which ranks have not
+// arrived) and aborts the job (MPI_Abort), so a rank that never arrives (a bug, a crashed peer, a branch on local data) ends the job instead of hanging it.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,6 +22,11 @@ class Watchdog {
   // The trainer's current optimizer step, printed in the stall message.
   void set_step(int64_t step);
   int64_t step() const;
+
+  // Each rank writes DIR/rank-RRRRR (collectives entered, step, time, host) about once a second, and a
+  // stall message names the ranks that have not reached the stalled collective or went quiet. DIR is
+  // on the run directory's shared file system (the trainer uses OUTPUT/logs/heartbeat).
+  void set_heartbeat_dir(const std::string& dir);
 
   // What happens on a stall (default: print the message as "rayless: error: ..." and MPI_Abort(1)).
   // Tests replace it to observe the message without ending the process.
