@@ -92,7 +92,9 @@ case $what in
     t0=$(date +%s)
     kill -KILL $(ip netns pids rlmn-node2) 2>/dev/null
     # the ranks left on node1 end through the watchdog (10 s); Slurm then cleans up the step
-    for ((i = 0; i < 120; i++)); do pgrep -f "$bin train" >/dev/null || break; sleep 0.5; done
+    # (only this cluster's ranks: other tests may run rayless at the same time)
+    ranks_left() { for p in $(ip netns pids rlmn-node1 2>/dev/null); do [ "$(cat /proc/$p/comm 2>/dev/null)" = rayless ] && echo $p; done; }
+    for ((i = 0; i < 120; i++)); do [ -z "$(ranks_left)" ] && break; sleep 0.5; done
     took=$(( $(date +%s) - t0 ))
     state=$(wait_end "$job" 120)
     cat "$work/job-$job.out"
@@ -101,7 +103,7 @@ case $what in
     [ $took -le 30 ] || fail "the surviving ranks did not end within 10 s (watchdog) + 10 s (KillWait) + 10 s"
     [ "$state" != RUNNING ] || fail "the job still runs"
     grep -q "not arrived: .*rank [23] (node2: silent" "$work/job-$job.out" || fail "the stall message does not name node2's ranks"
-    ! pgrep -f "$bin train" >/dev/null || fail "rayless processes left running"
+    [ -z "$(ranks_left)" ] || fail "rayless processes left running on node1"
     latest=$(cat "$work/run/checkpoints/latest")
     # the node back (the whole cluster restarted), then resume
     "$root_dir/tools/slurm/start_multinode.sh" || fail "cluster restart"
