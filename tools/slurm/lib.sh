@@ -136,3 +136,31 @@ slurm_start_munge() {
   cat "$dir/log/munged.out" "$munge_dir/munged.log" 2>/dev/null >&2
   return 1
 }
+
+# The slurm.conf lines both private clusters share (plugins and scheduling for a container without
+# cgroups; Debian's Open MPI under srun); each start script writes its own paths, hosts and nodes.
+slurm_conf_common() {
+  cat <<'CONF'
+# no cgroups in a container: track processes through /proc, bind nothing
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# Debian's Open MPI starts under srun only through PMIx
+MpiDefault=pmix
+MailProg=/bin/true
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+# schedule often: a requeued job should not sit pending for a minute
+SchedulerParameters=sched_interval=2,bf_interval=2
+ReturnToService=2
+JobRequeue=1
+KillWait=10
+MinJobAge=3600
+InactiveLimit=0
+Waittime=0
+SlurmctldTimeout=30
+CONF
+}

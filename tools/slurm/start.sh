@@ -101,27 +101,9 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# no cgroups in a container: track processes through /proc, bind nothing
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# Debian's Open MPI starts under srun only through PMIx
-MpiDefault=pmix
-MailProg=/bin/true
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/backfill
-# schedule often: a requeued job should not sit pending for a minute
-SchedulerParameters=sched_interval=2,bf_interval=2
-ReturnToService=2
-JobRequeue=1
-KillWait=10
-MinJobAge=3600
-InactiveLimit=0
-Waittime=0
-SlurmctldTimeout=30
+EOF
+slurm_conf_common >>"$conf"
+cat >>"$conf" <<EOF
 SlurmdTimeout=60
 $node_line NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

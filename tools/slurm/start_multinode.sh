@@ -71,26 +71,9 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=pmix
-MailProg=/bin/true
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=2,bf_interval=2
-ReturnToService=2
-JobRequeue=1
-KillWait=10
-MinJobAge=3600
-InactiveLimit=0
-Waittime=0
-SlurmctldTimeout=30
 SlurmdTimeout=30
 EOF2
+  slurm_conf_common
   for ((i = 1; i <= nodes; i++)); do
     echo "NodeName=node$i NodeAddr=192.0.2.$((10 + i)) CPUs=$cpus State=UNKNOWN"
   done

@@ -15,19 +15,8 @@
 using namespace rayless;
 using rayless::test::mpi;
 using rayless::test::runtime;
+using rayless::test::entropies_of;
 
-namespace {
-
-
-// Rank r's values in a test: reproducible on any rank, so each rank can build the concatenation.
-torch::Tensor entropies_of(int rank, int64_t count, int64_t salt, bool ties) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 * salt + rank);
-  torch::Tensor values = torch::rand({count}, generator) * 6;
-  if (ties) values = torch::round(values * 4) / 4;
-  return values;
-}
-
-}  // namespace
 
 TEST_CASE("runtime: ranks, node-local rank and threads") {
   Runtime& rt = runtime();

@@ -13,6 +13,7 @@
 using namespace rayless;
 using rayless::test::mpi;
 using rayless::test::runtime;
+using rayless::test::entropies_of;
 
 namespace {
 
@@ -28,11 +29,6 @@ std::unique_ptr<Communicator> nccl_or_skip() {
   return make_communicator(runtime(), "nccl", torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(runtime().local_rank())));
 }
 
-torch::Tensor values_of(int rank, int64_t count, int64_t salt) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 * salt + rank);
-  return torch::rand({count}, generator, torch::kFloat32) * 6;
-}
-
 torch::Device my_device() { return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(runtime().local_rank())); }
 
 }  // namespace
@@ -41,7 +37,7 @@ TEST_CASE("nccl vs mpi: allreduce, allgather, broadcast give the MPI backend's r
   auto nccl = nccl_or_skip();
   if (!nccl) return;
   auto cpu = mpi();
-  const torch::Tensor mine = values_of(cpu->rank(), 1000, 1);
+  const torch::Tensor mine = entropies_of(cpu->rank(), 1000, 1);
   torch::Tensor a = mine.clone(), b = mine.to(my_device());
   cpu->allreduce(a, ReduceOp::Sum);
   nccl->allreduce(b, ReduceOp::Sum);
@@ -58,7 +54,7 @@ TEST_CASE("nccl vs mpi: the variable-length gather (counts, pad, gather, drop) a
   if (!nccl) return;
   auto cpu = mpi();
   const int rank = cpu->rank();
-  const torch::Tensor mine = values_of(rank, 50 + 37 * rank, 2);  // unequal counts per rank
+  const torch::Tensor mine = entropies_of(rank, 50 + 37 * rank, 2);  // unequal counts per rank
   const auto a = cpu->allgather_variable(mine);
   const auto b = nccl->allgather_variable(mine.to(my_device()));
   REQUIRE(a.size() == b.size());

@@ -16,6 +16,7 @@
 using namespace rayless;
 using rayless::test::mpi;
 using rayless::test::runtime;
+using rayless::test::entropies_of;
 
 namespace {
 
@@ -26,13 +27,6 @@ uint32_t bits_of(float value) {
   return bits;
 }
 
-// Rank r's entropies in a test: reproducible on any rank, so each rank can build the concatenation.
-torch::Tensor entropies_of(int rank, int64_t count, int64_t salt, bool ties) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 * salt + rank);
-  torch::Tensor values = torch::rand({count}, generator) * 6;
-  if (ties) values = torch::round(values * 4) / 4;
-  return values;
-}
 
 }  // namespace
 
