@@ -10,6 +10,10 @@ transformers gives, computed the way TRL's GRPOTrainer scores a reward model on 
     inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
     scores = model(**inputs).logits[:, 0]
 and the same scores computed one text at a time (batch of 1).
+The Qwen2 directory also carries a chat template of its own (ours, ChatML-like with a default system
+turn), and conversation_cases holds conversational rows scored as TRL scores them:
+    texts = [trl.data_utils.apply_chat_template({"messages": prompt + [assistant completion]}, tokenizer)["text"]]
+then tokenized and scored as above (the Llama directory has no template).
 
 Not needed by CI (the fixture is committed). Seeds are fixed: regenerating gives byte-identical files.
 To regenerate, in a separate dev venv:
@@ -31,6 +35,16 @@ ROOT = os.path.join(HERE, "..", "tests", "data", "reward-model")
 TOKENIZER_JSON = os.path.join(HERE, "..", "tests", "data", "hf-golden", "tokenizer-qwen2.json")
 PAD_TOKEN, EOS_TOKEN = "<|endoftext|>", "<|im_end|>"
 INIT_STD = 0.2  # larger than transformers' default so that scores are not all ~0
+# the Qwen2 reward model's own template: a default system turn, then ChatML-like turns
+RM_TEMPLATE = ("{%- if messages[0].role != 'system' %}{{- '<|im_start|>system\\nJudge the reply.<|im_end|>\\n' }}{%- endif %}"
+               "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content | trim + '<|im_end|>\\n' }}{%- endfor %}"
+               "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+CONVERSATIONS = [
+    ([{"role": "user", "content": "What is 2+2?"}], " 4"),
+    ([{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Say hi."}], "Hello there!  "),
+    ([{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "Apple."},
+      {"role": "user", "content": "Another?"}], "Pear, or perhaps a plum."),
+]
 
 CASES = [
     ("What is 2+2?", " 4"),
@@ -74,12 +88,14 @@ def save_model(model, out_dir):
     model.save_pretrained(out_dir, **kwargs)
 
 
-def write_tokenizer(out_dir):
+def write_tokenizer(out_dir, chat_template=None):
     shutil.copyfile(TOKENIZER_JSON, os.path.join(out_dir, "tokenizer.json"))
     # same keys rayless writes with a checkpoint: names the pad token for AutoTokenizer (TRL pads with it)
+    config = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "tokenizer_class": "PreTrainedTokenizerFast"}
+    if chat_template:
+        config["chat_template"] = chat_template
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "tokenizer_class": "PreTrainedTokenizerFast"},
-                  f, indent=2)
+        json.dump(config, f, indent=2)
         f.write("\n")
 
 
@@ -113,7 +129,7 @@ def main():
         init_weights(model)
         out_dir = os.path.join(ROOT, name)
         save_model(model.to(torch.float32), out_dir)
-        write_tokenizer(out_dir)
+        write_tokenizer(out_dir, RM_TEMPLATE if name == "qwen2" else None)
         for f in os.listdir(out_dir):
             os.chmod(os.path.join(out_dir, f), 0o644)
 
@@ -140,6 +156,18 @@ def main():
             "max_abs_diff_batched_vs_one_at_a_time": float((batched - single).abs().max()),
         }
 
+    # conversational rows through the Qwen2 reward model's own template (TRL's reward-model path)
+    from trl.data_utils import apply_chat_template
+    out_dir = os.path.join(ROOT, "qwen2")
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        out_dir, num_labels=1, dtype=torch.float32).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out_dir)
+    conv_texts = [apply_chat_template({"messages": p + [{"role": "assistant", "content": c}]}, tokenizer)["text"]
+                  for p, c in CONVERSATIONS]
+    conv_scores, _ = score(model, tokenizer, conv_texts)
+    conversation_cases = [{"messages": p, "completion": c, "text": t, "qwen2_score": float(x)}
+                          for (p, c), t, x in zip(CONVERSATIONS, conv_texts, conv_scores)]
+
     out = {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -151,6 +179,7 @@ def main():
                     "that is not pad_token_id"),
         "cases": cases,
         "architectures": architectures,
+        "conversation_cases": conversation_cases,
     }
     with open(os.path.join(ROOT, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)

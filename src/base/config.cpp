@@ -1,5 +1,6 @@
 #include "rayless/base/config.h"
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -237,6 +238,56 @@ ConfigField float_list_field(std::string name, FloatListRef ref, std::string doc
   return f;
 }
 
+// TOML values as JSON (tables keep TOML's key order); dates become their TOML text.
+nlohmann::ordered_json toml_to_json(const toml::node& n) {
+  if (auto t = n.as_table()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : *t) j[std::string(key.str())] = toml_to_json(value);
+    return j;
+  }
+  if (auto a = n.as_array()) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::array();
+    for (const toml::node& item : *a) j.push_back(toml_to_json(item));
+    return j;
+  }
+  if (auto v = n.value_exact<std::string>()) return *v;
+  if (auto v = n.value_exact<bool>()) return *v;
+  if (auto v = n.value_exact<int64_t>()) return *v;
+  if (auto v = n.value_exact<double>()) return *v;
+  return describe_node(n);
+}
+
+std::string json_to_toml_inline(const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [key, value] : j.items()) {
+      out += str(first ? " " : ", ", toml_quote(key), " = ", json_to_toml_inline(value));
+      first = false;
+    }
+    return out + (first ? "}" : " }");
+  }
+  if (j.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + json_to_toml_inline(j[i]);
+    return out + "]";
+  }
+  if (j.is_string()) return toml_quote(j.get<std::string>());
+  if (j.is_number_float()) return float_literal(j.get<double>());
+  return j.dump();  // integers and booleans read the same in TOML
+}
+
+// A TOML table kept as JSON text (handed on as template variables); shown as an inline table.
+ConfigField table_field(std::string name, StringRef ref, std::string doc) {
+  ConfigField f{name, "table", "a table", std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    if (!n.is_table()) bad_value(where, name, n, "a table, e.g. { key = value }");
+    ref(c) = toml_to_json(n).dump();
+  };
+  f.show = [=](const Config& c) { return json_to_toml_inline(nlohmann::ordered_json::parse(const_view(ref)(c))); };
+  return f;
+}
+
 // grpo.scale_rewards: group | batch | none, or TRL's booleans (true = group, false = none).
 ConfigField scale_rewards_field() {
   ConfigField f = choice_field<ScaleRewards>("grpo.scale_rewards", [](Config& c) -> ScaleRewards& { return c.grpo.scale_rewards; },
@@ -265,8 +316,9 @@ void add_model_and_data_fields(std::vector<ConfigField>& f) {
   f.push_back(int_field("model.init_seed", REF(model.init_seed), 0, kNoMax, "seed of the random initialisation when the directory holds no weights"));
   // [tokenizer]
   f.push_back(string_field("tokenizer.path", REF(tokenizer.path), {}, "tokenizer.json; empty = the model directory's; \"byte\" = the byte-level tokenizer"));
-  f.push_back(string_field("tokenizer.chat_template", REF(tokenizer.chat_template), {}, "none | chatml | a template string containing {prompt}"));
-  f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before the prompt by chatml (empty = none)"));
+  f.push_back(string_field("tokenizer.chat_template", REF(tokenizer.chat_template), {}, "auto (the model's own chat template, else none) | none | chatml | a template name of the model | a .jinja file | an inline Jinja template"));
+  f.push_back(table_field("tokenizer.chat_template_kwargs", REF(tokenizer.chat_template_kwargs), "extra chat-template variables, e.g. { enable_thinking = false } (TRL's chat_template_kwargs)"));
+  f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before a plain-text prompt when tokenizer.chat_template names a template (empty = none)"));
   // [data]
   f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line"));
   f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt text"));
@@ -482,7 +534,8 @@ void set_named_reward_key(Config& config, const std::string& full, const toml::n
     if (key == "path") m.path = text();
     else if (key == "tokenizer") m.tokenizer = text();
     else if (key == "batch_size") m.batch_size = read_int(node, where, full, 1, kNoMax, "an integer >= 1");
-    else throw InputError(str(where, "unknown key ", full, " (a reward-model table has path, tokenizer, batch_size)"));
+    else if (key == "chat_template") m.chat_template = text();
+    else throw InputError(str(where, "unknown key ", full, " (a reward-model table has path, tokenizer, batch_size, chat_template)"));
   }
 }
 
@@ -510,7 +563,7 @@ std::string named_reward_tables_toml(const RewardConfig& r) {
         << float_literal(w.timeout_s) << "\nbatch_size = " << w.batch_size << "\n";
   for (const auto& [name, m] : r.models)
     out << "\n[reward.models." << name << "]\npath = " << toml_quote(m.path) << "\ntokenizer = " << toml_quote(m.tokenizer)
-        << "\nbatch_size = " << m.batch_size << "\n";
+        << "\nbatch_size = " << m.batch_size << "\nchat_template = " << toml_quote(m.chat_template) << "\n";
   return out.str();
 }
 
@@ -690,12 +743,6 @@ std::vector<CrossFieldRule> other_rules() {
        [](const Config& c, int64_t) -> std::string {
          if (c.grpo.epsilon < 1.0 || c.grpo.loss_type == LossType::Cispo) return "";
          return str("grpo.epsilon = ", c.grpo.epsilon, " makes the lower clip bound 1 - epsilon <= 0: use < 1");
-       }},
-      {"`tokenizer.chat_template` is `none`, `chatml` or a string containing `{prompt}`", false,
-       [](const Config& c, int64_t) -> std::string {
-         const std::string& tpl = c.tokenizer.chat_template;
-         if (tpl == "none" || tpl == "chatml" || tpl.find("{prompt}") != std::string::npos) return "";
-         return str("tokenizer.chat_template = \"", tpl, "\": use none, chatml, or a string containing {prompt}");
        }},
       {"at start, with the number of ranks known: `grpo.generation_batch_size` is a multiple of "
        "`train.per_device_train_batch_size` x ranks", true,

@@ -2,11 +2,14 @@
 // object with ids and per-token log-probs). Uses the same sampler as the trainer.
 #include <algorithm>
 #include <iostream>
+#include <limits>
 #include <tuple>
 
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/model/hf_checkpoint.h"
+#include "rayless/prompts/dataset.h"
+#include "rayless/prompts/prompt_builder.h"
 #include "rayless/sampler/sampler.h"
 #include "rayless/model/tokenizer.h"
 
@@ -39,15 +42,17 @@ GenerationConfig generation_from_flags(int64_t max_new_tokens, const std::string
 
 int generate(const Args& args) {
   po::options_description options("rayless generate");
-  std::string model_dir, tokenizer_path, prompt, chat_template, system_prompt, dtype_name, device_name;
+  std::string model_dir, prompt, dtype_name, device_name;
+  TokenizerConfig tokenizer_config;
   int64_t max_new_tokens = 32, seed = 0;
   std::string temperature, top_k, top_p, min_p, repetition_penalty;  // checked by the config's table
   options.add_options()
       ("model", po::value(&model_dir)->default_value("configs/models/tiny"), "HF model directory")
-      ("tokenizer", po::value(&tokenizer_path)->default_value(""), "tokenizer.json, or \"byte\" (default: the model directory's)")
+      ("tokenizer", po::value(&tokenizer_config.path)->default_value(""), "tokenizer.json, or \"byte\" (default: the model directory's)")
       ("prompt", po::value(&prompt)->required(), "prompt text")
-      ("chat-template", po::value(&chat_template)->default_value("none"), "none | chatml | a string with {prompt}")
-      ("system-prompt", po::value(&system_prompt)->default_value(""), "system message (chatml)")
+      ("chat-template", po::value(&tokenizer_config.chat_template)->default_value("auto"),
+       "auto (the prompt as is, as TRL) | none | chatml | a .jinja file | an inline template: wraps the prompt as a user message")
+      ("system-prompt", po::value(&tokenizer_config.system_prompt)->default_value(""), "system message when the prompt is wrapped")
       ("max-new-tokens", po::value(&max_new_tokens)->default_value(32), "completion length limit")
       ("greedy", "pick the most likely token (same as --temperature 0)")
       ("temperature", po::value(&temperature)->default_value("1"), "sampling temperature (generation.temperature)")
@@ -72,12 +77,17 @@ int generate(const Args& args) {
   inputCheck(!(dtype == ModelDtype::Float16 && device.is_cpu()), "generate: --dtype float16 is for GPUs only (--device cuda)");
 
   CausalLM model = load_hf_model(model_dir, torch_dtype_of(dtype), device, static_cast<uint64_t>(seed));
-  auto tokenizer = load_tokenizer(tokenizer_path, model_dir);
+  auto tokenizer = load_tokenizer(tokenizer_config.path, model_dir);
   inputCheck(tokenizer->vocab_size() <= model->config().vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
              " tokens but the model's vocab_size is ", model->config().vocab_size);
 
-  const std::string text = format_prompt(chat_template, system_prompt, prompt);
-  const std::vector<int64_t> prompt_ids = tokenizer->encode(text);
+  // the trainer's prompt path (tokenizer.chat_template semantics), so a sample here is one it would draw
+  PromptRow row;
+  row.prompt = prompt;
+  const PromptTokens built = build_prompt(row, prompt_format_from_config(tokenizer_config, model_dir), *tokenizer,
+                                          std::numeric_limits<int64_t>::max(), PromptTruncation::Error, "--prompt");
+  const std::string& text = built.text;
+  const std::vector<int64_t>& prompt_ids = built.ids;
   inputCheck(!prompt_ids.empty(), "generate: the prompt encodes to no tokens");
 
   SamplingParams params = sampling_params_from_config(generation, *tokenizer);

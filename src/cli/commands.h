@@ -13,5 +13,6 @@ int config(const Args& args);    // cmd_config.cpp: check | show
 int version(const Args& args);   // cmd_version.cpp
 int generate(const Args& args);  // cmd_generate.cpp
 int inspect(const Args& args);   // cmd_inspect.cpp
+int tokenize(const Args& args);  // cmd_tokenize.cpp
 
 }  // namespace rayless::cli

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   return dispatch("rayless",
                   {{"train", train, "train a policy with GRPO (run under mpirun or srun)"},
                    {"generate", generate, "sample a completion from a model directory"},
+                   {"tokenize", tokenize, "the prompt text and ids the trainer would feed the model"},
                    {"inspect", inspect, "summarise, print or export a rollout store"},
                    {"config", config, "check or show a config file"},
                    {"version", version, "versions of rayless and its libraries"}},

@@ -181,7 +181,10 @@ LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std:
   if (!options.packed || completion_ids.size(1) == 0)
     return padded_logprobs(model, prompts, completion_ids, completion_mask, options);
   const bool checkpointing = model->gradient_checkpointing() && model->is_training() && torch::GradMode::is_enabled();
-  if (checkpointing) return unpadded_logprobs(model, prompts, completion_ids, completion_mask, options);
+  // Dynamic RoPE sizes its frequencies on the call's furthest position: a prefix pass would rotate the
+  // prompt's keys with other frequencies than the one pass (TRL's forward) does, so it takes one pass.
+  const bool one_pass = checkpointing || model->config().rope.type == RopeType::Dynamic;
+  if (one_pass) return unpadded_logprobs(model, prompts, completion_ids, completion_mask, options);
   return packed_logprobs(model, prompts, completion_ids, completion_mask, options);
 }
 

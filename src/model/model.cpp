@@ -1,6 +1,6 @@
-// The decoder: Qwen2 / Qwen3 / Llama share one code path; the differences are flags read from
-// config.json (q/k/v bias, q/k norms, tied embeddings). Numerics follow transformers: RMSNorm and RoPE
-// tables computed in float32 and cast back, positions = cumsum(mask) - 1.
+// The decoder: Qwen2 / Qwen3 / Llama / Mistral share one code path; the differences are flags read from
+// config.json (q/k/v bias, q/k norms, tied embeddings, sliding-window layers). Numerics follow
+// transformers: RMSNorm and RoPE tables computed in float32 and cast back, positions = cumsum(mask) - 1.
 #include "rayless/model/model.h"
 
 #include <set>
@@ -32,7 +32,8 @@ const std::set<std::string>& ignorable_config_keys() {
       "max_length", "min_length", "diversity_penalty", "length_penalty", "no_repeat_ngram_size",
       "num_return_sequences", "early_stopping", "typical_p", "num_beam_groups", "forced_bos_token_id",
       "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-      "begin_suppress_tokens", "encoder_no_repeat_ngram_size", "tf_legacy_loss", "use_bfloat16"};
+      "begin_suppress_tokens", "encoder_no_repeat_ngram_size", "tf_legacy_loss", "use_bfloat16",
+      "partial_rotary_factor"};
   return keys;
 }
 
@@ -68,22 +69,6 @@ std::optional<int64_t> get_optional_id(const nlohmann::json& j, const char* key,
   return j[key].get<int64_t>();
 }
 
-void apply_rope_scaling(ModelArchConfig& c, const nlohmann::json& scaling, const std::string& where, const char* field) {
-  if (scaling.is_null()) return;
-  inputCheck(scaling.is_object(), where, ": ", field, " must be an object or null");
-  std::string type = "default";
-  if (scaling.contains("rope_type")) type = scaling["rope_type"].get<std::string>();
-  else if (scaling.contains("type")) type = scaling["type"].get<std::string>();
-  if (scaling.contains("rope_theta")) c.rope_theta = get_float(scaling, "rope_theta", where, c.rope_theta);
-  if (type == "default") return;
-  if (type == "linear") {
-    c.rope_linear_factor = get_float(scaling, "factor", where, 1.0);
-    inputCheck(c.rope_linear_factor > 0, where, ": ", field, ".factor must be > 0");
-    return;
-  }
-  throw InputError(str(where, ": unsupported ", field, " type \"", type, "\" (supported: default, linear)"));
-}
-
 }  // namespace
 
 ModelArchConfig ModelArchConfig::from_json(const nlohmann::json& j, const std::string& where) {
@@ -92,8 +77,8 @@ ModelArchConfig ModelArchConfig::from_json(const nlohmann::json& j, const std::s
   c.raw = j;
   inputCheck(j.contains("model_type") && j["model_type"].is_string(), where, ": missing \"model_type\"");
   c.model_type = j["model_type"].get<std::string>();
-  inputCheck(c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "llama", where,
-             ": unsupported model_type \"", c.model_type, "\" (supported: qwen2, qwen3, llama)");
+  inputCheck(c.model_type == "qwen2" || c.model_type == "qwen3" || c.model_type == "llama" || c.model_type == "mistral",
+             where, ": unsupported model_type \"", c.model_type, "\" (supported: qwen2, qwen3, llama, mistral)");
   for (auto it = j.begin(); it != j.end(); ++it) {
     inputCheck(ignorable_config_keys().count(it.key()) || it.key().rfind('_', 0) == 0, where,
                ": unsupported field \"", it.key(), "\" for model_type ", c.model_type);
@@ -116,14 +101,15 @@ ModelArchConfig ModelArchConfig::from_json(const nlohmann::json& j, const std::s
   inputCheck(c.head_dim > 0 && c.head_dim % 2 == 0, where, ": head_dim must be positive and even");
   c.max_position_embeddings = get_int(j, "max_position_embeddings", where, 32768);
   c.rms_norm_eps = get_float(j, "rms_norm_eps", where, 1e-6);
-  c.rope_theta = get_float(j, "rope_theta", where, 10000.0);
-  if (j.contains("rope_parameters")) apply_rope_scaling(c, j["rope_parameters"], where, "rope_parameters");
-  if (j.contains("rope_scaling")) apply_rope_scaling(c, j["rope_scaling"], where, "rope_scaling");
+  c.rope = RopeConfig::from_config_json(j, c.max_position_embeddings, where);
+  c.attention = AttentionLayout::from_config_json(j, c.model_type, c.num_hidden_layers, where);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", where, false);
   c.initializer_range = get_float(j, "initializer_range", where, 0.02);
   if (c.model_type == "qwen2") {
     c.attention_bias = true;  // Qwen2 always has q/k/v biases and no o_proj bias
     c.o_proj_bias = false;
+  } else if (c.model_type == "mistral") {  // MistralAttention has no biases and no attention_bias field
+    inputCheck(!get_bool(j, "attention_bias", where, false), where, ": attention_bias = true is not supported for mistral");
   } else {
     c.attention_bias = get_bool(j, "attention_bias", where, false);
     c.o_proj_bias = c.attention_bias;
@@ -134,11 +120,6 @@ ModelArchConfig ModelArchConfig::from_json(const nlohmann::json& j, const std::s
   inputCheck(!get_bool(j, "mlp_bias", where, false), where, ": unsupported field value mlp_bias = true");
   inputCheck(get_int(j, "pretraining_tp", where, 1) == 1, where, ": unsupported pretraining_tp != 1");
   inputCheck(get_float(j, "attention_dropout", where, 0.0) == 0.0, where, ": unsupported attention_dropout != 0");
-  inputCheck(!get_bool(j, "use_sliding_window", where, false), where, ": unsupported use_sliding_window = true");
-  if (j.contains("layer_types") && j["layer_types"].is_array()) {
-    for (const auto& t : j["layer_types"])
-      inputCheck(t == "full_attention", where, ": unsupported layer_types entry ", t.dump(), " (only full_attention)");
-  }
   c.bos_token_id = get_optional_id(j, "bos_token_id", where);
   c.pad_token_id = get_optional_id(j, "pad_token_id", where);
   if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
@@ -158,7 +139,8 @@ nlohmann::json ModelArchConfig::to_json() const {
   nlohmann::json j = raw.is_object() ? raw : nlohmann::json::object();
   j["model_type"] = model_type;
   const std::map<std::string, std::string> architectures = {
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"llama", "LlamaForCausalLM"}};
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"llama", "LlamaForCausalLM"},
+      {"mistral", "MistralForCausalLM"}};
   if (!j.contains("architectures")) j["architectures"] = {architectures.at(model_type)};
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
@@ -169,11 +151,11 @@ nlohmann::json ModelArchConfig::to_json() const {
   j["head_dim"] = head_dim;
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
-  j["rope_theta"] = rope_theta;
+  j["rope_theta"] = rope.theta;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["initializer_range"] = initializer_range;
   j["hidden_act"] = "silu";
-  if (model_type != "qwen2") j["attention_bias"] = attention_bias;
+  if (model_type == "llama" || model_type == "qwen3") j["attention_bias"] = attention_bias;
   return j;
 }
 
@@ -410,7 +392,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
 
 // ---- causal LM ---------------------------------------------------------------------------------
 
-CausalLMImpl::CausalLMImpl(ModelArchConfig config) : config_(std::move(config)) {
+CausalLMImpl::CausalLMImpl(ModelArchConfig config)
+    : config_(std::move(config)), rotary_(config_.rope, config_.head_dim, config_.max_position_embeddings) {
   model = register_module("model", Decoder(config_));
   if (!config_.tie_word_embeddings)
     lm_head = register_module("lm_head", linear(config_.hidden_size, config_.vocab_size, false));
@@ -419,20 +402,6 @@ CausalLMImpl::CausalLMImpl(ModelArchConfig config) : config_(std::move(config)) 
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   auto m = attention_mask.to(torch::kLong);
   return (m.cumsum(-1) - 1).masked_fill(m == 0, 1);
-}
-
-RotaryTables CausalLMImpl::rotary(const torch::Tensor& position_ids, torch::Dtype dtype) const {
-  if (!inv_freq_.defined() || inv_freq_.device() != position_ids.device()) {  // computed once per device
-    const int64_t d = config_.head_dim;
-    auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(position_ids.device());
-    auto exponents = torch::arange(0, d, 2, torch::TensorOptions().dtype(torch::kLong).device(position_ids.device()))
-                         .to(torch::kFloat32) / double(d);
-    inv_freq_ = 1.0 / torch::pow(torch::scalar_tensor(config_.rope_theta, opts), exponents);
-    if (config_.rope_linear_factor != 1.0) inv_freq_ = inv_freq_ / config_.rope_linear_factor;
-  }
-  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv_freq_;  // [B, T, D/2]
-  auto emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
 torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask_in,
@@ -448,28 +417,17 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
                attention_mask.size(0), ", ", attention_mask.size(1), "], expected [", b, ", ", past + t, "]");
   torch::Tensor position_ids = position_ids_in.defined() ? position_ids_in.to(device)
                                                          : position_ids_from_mask(attention_mask).narrow(1, past, t);
-  // bool [B, 1, T, S]: causal and not padding; every query may see itself so that rows of padding
-  // never become all-masked (NaN) — their outputs are ignored anyway.
-  torch::Tensor allowed;
-  if (t == 1) {  // one new token (decoding): all earlier real keys, and itself
-    allowed = attention_mask.to(torch::kBool).view({b, 1, 1, past + 1});
-    allowed.select(3, past).fill_(true);
-  } else {
-    auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
-    auto query_pos = torch::arange(past, past + t, opts).view({t, 1});
-    auto key_pos = torch::arange(0, past + t, opts).view({1, past + t});
-    auto causal = key_pos <= query_pos;
-    allowed = causal.unsqueeze(0) & attention_mask.to(torch::kBool).unsqueeze(1);
-    allowed = (allowed | (key_pos == query_pos).unsqueeze(0)).unsqueeze(1);
-  }
+  const AttentionLayout& layout = config_.attention;
+  const AttentionMasks masks = attention_masks(attention_mask, past, t, layout.any_sliding() ? layout.sliding_window : 0);
 
   const torch::Tensor token_index = token_index_in.defined() ? token_index_in.to(device) : token_index_in;
   auto h = token_index.defined() ? model->embed_tokens(input_ids.reshape({-1}).index_select(0, token_index))
                                  : model->embed_tokens(input_ids);
-  const RotaryTables rope = rotary(position_ids, h.scalar_type());
+  const RotaryTables rope = rotary_.tables(position_ids, h.scalar_type(), cache ? &cache->rope_state : nullptr);
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
   for (size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);
+    const torch::Tensor& allowed = masks.for_layer(layout, i);
     if (checkpoint) {
       auto params = layer->parameters();
       h = CheckpointedLayer::apply(h, torch::TensorList(params), reinterpret_cast<int64_t>(layer.get()), rope.cos, rope.sin, allowed,

@@ -644,39 +644,4 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::fi
   return tokenizer;
 }
 
-std::string apply_chat_template(const std::string& template_name, const std::vector<ChatMessage>& messages,
-                                bool add_generation_prompt) {
-  if (template_name == "chatml") {
-    std::string out;
-    for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
-  }
-  std::string user, system;
-  for (const auto& m : messages) {
-    if (m.role == "user") user = m.content;
-    else if (m.role == "system") system = m.content;
-  }
-  if (template_name == "none" || template_name.empty()) {
-    inputCheck(messages.size() == 1 && messages[0].role == "user", "chat_template \"none\" takes one user message (got ",
-               messages.size(), " messages); use chatml for conversations");
-    return user;
-  }
-  inputCheck(template_name.find("{prompt}") != std::string::npos, "tokenizer.chat_template: \"", template_name,
-             "\" is not none, chatml or a string containing {prompt} (Jinja templates are not supported)");
-  std::string out = template_name;
-  for (size_t p = out.find("{system}"); p != std::string::npos; p = out.find("{system}", p + system.size()))
-    out.replace(p, 8, system);
-  for (size_t p = out.find("{prompt}"); p != std::string::npos; p = out.find("{prompt}", p + user.size()))
-    out.replace(p, 8, user);
-  return out;
-}
-
-std::string format_prompt(const std::string& template_name, const std::string& system_prompt, const std::string& prompt) {
-  std::vector<ChatMessage> messages;
-  if (!system_prompt.empty() && template_name != "none") messages.push_back({"system", system_prompt});
-  messages.push_back({"user", prompt});
-  return apply_chat_template(template_name, messages, true);
-}
-
 }  // namespace rayless

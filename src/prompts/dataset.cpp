@@ -24,11 +24,12 @@ std::string parse_prompt_row(const nlohmann::json& object, const std::string& pr
     return str("field \"", messages_field, "\" must be a non-empty list of {role, content}");
   for (size_t i = 0; i < messages->size(); ++i) {
     const nlohmann::json& m = (*messages)[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-        !m["content"].is_string())
-      return str("field \"", messages_field, "\" item ", i, " must be {\"role\": string, \"content\": string}");
+    const bool content_ok = !m.is_object() || !m.contains("content") || m["content"].is_string() ||
+                            m["content"].is_array() || m["content"].is_null();
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !content_ok)
+      return str("field \"", messages_field, "\" item ", i, " must be {\"role\": string, \"content\": string, ...}");
   }
-  row.messages = *messages;
+  row.messages = nlohmann::ordered_json(*messages);
   return "";
 }
 
@@ -50,6 +51,7 @@ PromptDataset load_prompt_dataset(const std::string& path, const std::string& pr
     try {
       row.fields = nlohmann::json::parse(text);
       problem = parse_prompt_row(row.fields, prompt_field, messages_field, row);
+      if (problem.empty() && row.is_chat()) row.messages = nlohmann::ordered_json::parse(text)[messages_field];
     } catch (const nlohmann::json::parse_error& e) {
       std::string what = e.what();
       if (auto colon = what.find("parse error"); colon != std::string::npos) what = what.substr(colon);

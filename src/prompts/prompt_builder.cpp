@@ -7,25 +7,42 @@
 
 namespace rayless {
 
-PromptTokens build_prompt(const PromptRow& row, const TokenizerConfig& config, const Tokenizer& tokenizer,
+PromptFormat prompt_format_from_config(const TokenizerConfig& config, const std::filesystem::path& model_dir) {
+  PromptFormat format;
+  format.chat_template = ChatTemplate::resolve(config.chat_template, tokenizer_directory(config.path, model_dir));
+  try {
+    format.kwargs = nlohmann::ordered_json::parse(config.chat_template_kwargs);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str("tokenizer.chat_template_kwargs: not a table (", e.what(), ")"));
+  }
+  inputCheck(format.kwargs.is_object(), "tokenizer.chat_template_kwargs must be a table, e.g. { enable_thinking = false }");
+  format.system_prompt = config.system_prompt;
+  return format;
+}
+
+std::string prompt_text(const PromptRow& row, const PromptFormat& format, const std::string& where) {
+  const ChatTemplate& tpl = format.chat_template;
+  if (!row.is_chat() && !tpl.explicitly_chosen()) return row.prompt;
+  const nlohmann::ordered_json messages = row.is_chat() ? row.messages : single_turn_messages(format.system_prompt, row.prompt);
+  try {
+    return tpl.render(messages, true, format.kwargs);
+  } catch (const InputError& e) {
+    throw InputError(str(where, ": cannot render the messages with the chat template: ", e.what()));
+  }
+}
+
+PromptTokens build_prompt(const PromptRow& row, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, const std::string& where) {
   PromptTokens out;
-  std::vector<int64_t> ids;
-  if (row.is_chat()) {
-    std::vector<ChatMessage> messages;
-    for (const auto& m : row.messages) messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-    out.text = apply_chat_template(config.chat_template == "none" ? "chatml" : config.chat_template, messages);
-    ids = tokenizer.encode(out.text);
-  } else {
-    out.text = format_prompt(config.chat_template, config.system_prompt, row.prompt);
-    ids = tokenizer.encode(out.text);
-    if (config.chat_template == "none") ids = tokenizer.add_special_tokens(std::move(ids));
-  }
+  out.text = prompt_text(row, format, where);
+  std::vector<int64_t> ids = tokenizer.encode(out.text);
+  const bool templated = row.is_chat() || format.chat_template.explicitly_chosen();
+  if (!templated) ids = tokenizer.add_special_tokens(std::move(ids));  // TRL: tokenizer(text)
   out.ids = truncate_prompt_ids(ids, max_length, truncation, where);
   return out;
 }
 
-void check_prompt_dataset(PromptDataset& dataset, const TokenizerConfig& config, const Tokenizer& tokenizer,
+void check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, bool skip_invalid,
                           const std::function<std::string(const nlohmann::json&)>& check_row) {
   std::vector<PromptRow> kept;
@@ -34,7 +51,7 @@ void check_prompt_dataset(PromptDataset& dataset, const TokenizerConfig& config,
     const std::string where = str(dataset.path, ":", row.line);
     std::string problem;
     try {
-      build_prompt(row, config, tokenizer, max_length, truncation, where);
+      build_prompt(row, format, tokenizer, max_length, truncation, where);
       problem = check_row(row.fields);
       if (!problem.empty()) problem = str(where, ": ", problem);
     } catch (const InputError& e) {

@@ -47,13 +47,45 @@ RewardModel::RewardModel(std::string name, const fs::path& dir, const std::strin
   backbone_->eval();
   tokenizer_ = load_tokenizer(tokenizer_path, dir);
   pad_id_ = arch.pad_token_id.value_or(tokenizer_->pad_id());
+  tokenizer_dir_ = tokenizer_directory(tokenizer_path, dir);
+  chat_template_ = ChatTemplate::resolve("auto", tokenizer_dir_);
+}
+
+void RewardModel::set_conversation_format(std::string messages_field, const std::string& chat_template,
+                                          nlohmann::ordered_json kwargs) {
+  messages_field_ = std::move(messages_field);
+  chat_template_ = ChatTemplate::resolve(chat_template, tokenizer_dir_);
+  kwargs_ = std::move(kwargs);
+}
+
+bool RewardModel::conversational(const nlohmann::json& row) const {
+  return row.is_object() && row.contains(messages_field_) && row[messages_field_].is_array();
+}
+
+std::string RewardModel::check_row(const nlohmann::json& row) const {
+  if (!conversational(row) || !chat_template_.is_none()) return "";
+  return str("reward model ", name_, " scores conversations through its own chat template, and ",
+             tokenizer_dir_.string(), " has none (set [reward.models.", name_, "] chat_template)");
+}
+
+// TRL: apply_chat_template({"messages": prompt + [assistant completion]}, reward tokenizer)["text"]
+std::string RewardModel::conversation_text(const nlohmann::json& row, const std::string& completion) const {
+  nlohmann::ordered_json messages(row[messages_field_]);
+  messages.push_back({{"role", "assistant"}, {"content", completion}});
+  try {
+    return chat_template_.render(messages, false, kwargs_);
+  } catch (const InputError& e) {
+    throw InputError(str("reward model ", name_, ": ", e.what()));
+  }
 }
 
 std::vector<double> RewardModel::score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
-                                       const std::vector<int64_t>&, const std::vector<nlohmann::json>&) {
+                                       const std::vector<int64_t>&, const std::vector<nlohmann::json>& rows) {
   std::vector<std::string> texts;
   texts.reserve(completions.size());
-  for (size_t i = 0; i < completions.size(); ++i) texts.push_back(prompts[i] + completions[i]);
+  for (size_t i = 0; i < completions.size(); ++i)
+    texts.push_back(i < rows.size() && conversational(rows[i]) ? conversation_text(rows[i], completions[i])
+                                                               : prompts[i] + completions[i]);
   return score_texts(texts);
 }
 

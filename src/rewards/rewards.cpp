@@ -261,8 +261,11 @@ RewardSet::RewardSet(const Config& config, int rank, torch::Device device, torch
                                                           rank, name));
     } else {  // the rules allow no other name than a [reward.models.NAME]
       const RewardModelConfig& m = r.models.at(name);
-      functions_.push_back(std::make_unique<RewardModel>(name, m.path, m.tokenizer, m.batch_size, device,
-                                                         dtype == torch::kFloat64 ? torch::kFloat64 : dtype));
+      auto model = std::make_unique<RewardModel>(name, m.path, m.tokenizer, m.batch_size, device,
+                                                 dtype == torch::kFloat64 ? torch::kFloat64 : dtype);
+      model->set_conversation_format(config.data.messages_field, m.chat_template,
+                                     nlohmann::ordered_json::parse(config.tokenizer.chat_template_kwargs));
+      functions_.push_back(std::move(model));
     }
     names_.push_back(functions_.back()->name());
   }

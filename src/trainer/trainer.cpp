@@ -68,16 +68,17 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
 
   if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
   tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
+  prompt_format_ = prompt_format_from_config(cfg_.tokenizer, cfg_.model.path);
   // reward models run on the rank's device in the policy's dtype
   rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
   // every row checked now (prompt length after the template, what the rewards need), not hours in
   const auto data_start = Clock::now();
   dataset_ = load_prompt_dataset(cfg_.data);
-  check_prompt_dataset(dataset_, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
+  check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                        cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
   if (!cfg_.eval.path.empty()) {
     eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field, cfg_.data.skip_invalid);
-    check_prompt_dataset(eval_dataset_, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
+    check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                          cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
     if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
       eval_dataset_.rows.resize(static_cast<size_t>(cfg_.eval.max_samples));
@@ -104,7 +105,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters), ",
-               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), output ",
+               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), chat template ",
+               prompt_format_.chat_template.source(), ", output ",
                output_dir_.string()));
   if (dataset_.skipped_lines > 0)
     log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",

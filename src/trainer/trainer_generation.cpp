@@ -189,7 +189,7 @@ Trainer::Drawn Trainer::draw_replayed(int64_t generation_step) {
 
 void Trainer::add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where) {
   PromptTokens prompt =
-      build_prompt(row, cfg_.tokenizer, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation, where);
+      build_prompt(row, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation, where);
   drawn.rows.prompt_ids.push_back(std::move(prompt.ids));
   drawn.prompt_texts.push_back(std::move(prompt.text));
   drawn.fields.push_back(row.fields);

@@ -118,8 +118,8 @@ TEST_CASE("config.json errors are one-line InputErrors naming the field") {
   j["model_type"] = "gpt_neox";
   expect_error(j, "gpt_neox");
   j = base;
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_error(j, "yarn");
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  expect_error(j, "rope_scaling.rope_type = \"longrope\" is not supported");
   j = base;
   j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 10000.0}};
   expect_error(j, "llama3");
@@ -136,8 +136,8 @@ TEST_CASE("config.json errors are one-line InputErrors naming the field") {
   j.erase("hidden_size");
   expect_error(j, "hidden_size");
   j = base;
-  j["use_sliding_window"] = true;
-  expect_error(j, "use_sliding_window");
+  j["layer_types"] = {"full_attention", "sliding_attention"};  // a sliding layer needs use_sliding_window
+  expect_error(j, "layer_types");
 }
 
 TEST_CASE("save_hf_directory round trip, and a missing tensor is an InputError") {

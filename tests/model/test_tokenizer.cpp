@@ -97,14 +97,3 @@ TEST_CASE("corrupt tokenizer.json is an InputError naming the file") {
                "Lowercase");
   CHECK_THROWS_AS(load_tokenizer((dir / "missing.json").string()), InputError);
 }
-
-TEST_CASE("chat templates: chatml, {prompt} strings, none") {
-  CHECK(format_prompt("chatml", "", "Hi") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(format_prompt("chatml", "Be brief.", "Hi") ==
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  CHECK(apply_chat_template("chatml", {{"user", "a"}, {"assistant", "b"}}, false) ==
-        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n");
-  CHECK(format_prompt("Question: {prompt}\nAnswer:", "", "2+2?") == "Question: 2+2?\nAnswer:");
-  CHECK(format_prompt("none", "ignored", "raw") == "raw");
-  CHECK_THROWS_AS(format_prompt("{% for m in messages %}", "", "x"), InputError);
-}

@@ -9,3 +9,5 @@ add_test(NAME "model: rayless generate on a non-model directory exits 2"
          COMMAND sh -c "$<TARGET_FILE:rayless> generate --model ${CMAKE_SOURCE_DIR}/docs --prompt hi 2>&1; test $? -eq 2")
 set_tests_properties("model: rayless generate on a non-model directory exits 2" PROPERTIES
                      PASS_REGULAR_EXPRESSION "rayless: error: .*docs: not a model directory" TIMEOUT 60)
+# the RoPE / sliding-window golden tests compare greedy generate() with transformers' generate
+target_link_libraries(test-model PRIVATE rayless_sampler)

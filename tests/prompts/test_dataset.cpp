@@ -51,7 +51,8 @@ TEST_CASE("dataset: a bad line names file and line") {
       {"{\"prompt\": 5}", "must be a string"},
       {"{\"prompt\": \"\"}", "is empty"},
       {"{\"other\": 1}", "no \"prompt\" string"},
-      {"{\"messages\": [{\"role\": \"user\"}]}", "item 0"},
+      {"{\"messages\": [{\"content\": \"hi\"}]}", "item 0"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "item 0"},
       {"{\"messages\": []}", "non-empty list"},
   };
   for (const auto& [line, why] : cases) {

@@ -84,3 +84,25 @@ TEST_CASE("reward model: a directory that is not a single-score classifier is an
   CHECK_THROWS_AS(RewardModel("rm", fs::path(RAYLESS_SOURCE_DIR) / "configs" / "models" / "tiny", "byte", 4), InputError);
   fs::remove_all(dir);
 }
+
+TEST_CASE("reward model: conversational rows go through the reward model's own chat template, as TRL's") {
+  const nlohmann::json fixture = cases();
+  RewardModel model("rm", kFixture / "qwen2", "", 2);
+  std::vector<std::string> prompts, completions;
+  std::vector<nlohmann::json> rows;
+  for (const auto& c : fixture["conversation_cases"]) {
+    prompts.push_back("the policy's prompt text, which a conversational row does not use");
+    completions.push_back(c["completion"].get<std::string>());
+    rows.push_back({{"messages", c["messages"]}, {"answer", "x"}});
+    CHECK(model.check_row(rows.back()).empty());
+  }
+  const std::vector<double> scores = model.score(prompts, completions, std::vector<int64_t>(rows.size(), 0), rows);
+  REQUIRE(scores.size() == fixture["conversation_cases"].size());
+  for (size_t i = 0; i < scores.size(); ++i)
+    CHECK(std::abs(scores[i] - fixture["conversation_cases"][i]["qwen2_score"].get<double>()) < 1e-4);
+
+  // the Llama reward model has no template: a conversational dataset is refused at the start, by name
+  RewardModel no_template("judge", kFixture / "llama", "", 2);
+  CHECK_THAT(no_template.check_row(rows[0]), Catch::Contains("reward model judge") && Catch::Contains("has none"));
+  CHECK(no_template.check_row({{"prompt", "plain"}}).empty());
+}

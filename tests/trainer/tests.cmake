@@ -35,7 +35,7 @@ set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trai
 # that follows world-size changes, small gaps) and what TRL users reach for (named rewards, reward
 # models, eval, TensorBoard, sample tables)
 foreach(_script bad_data_fails_at_start sigterm_checkpoints run_directory_never_mixes world_size_changes_index small_gaps
-                grpo_user_features)
+                grpo_user_features chat_prompt_ids)
   string(REPLACE "_" "-" _name ${_script})
   add_test(NAME trainer-${_name}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/${_script}.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal>)

@@ -110,6 +110,15 @@ rayless_trainer_available() {
   "$1" train --help >/dev/null 2>&1
 }
 
+# Continues when binary $1 has `rayless train`; otherwise says so and exits 77 (skipped), or 1
+# when RAYLESS_REQUIRE_TRAINER=1.
+rayless_require_trainer() {
+  rayless_trainer_available "$1" && return 0
+  echo "trainer not available: '$1 train --help' fails (rayless train is not built yet)"
+  [ "${RAYLESS_REQUIRE_TRAINER:-0}" = 1 ] && exit 1
+  exit 77
+}
+
 # Starts munged as the munge user with a private key and socket in $1/munge (which must exist, as
 # must $1/log and $1/run); returns non-zero (after printing its logs) when it does not come up within
 # 20 s. munged checks ownership and modes: its directory belongs to munge, and the socket directory

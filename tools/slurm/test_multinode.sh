@@ -6,6 +6,9 @@
 #                                            node2, traffic over both nodes' veths, final weights equal
 #                                            a 4-rank single-node run's
 #   test_multinode.sh preempt RAYLESS WORK   test_preempt.sh across the two nodes
+#   test_multinode.sh timelimit RAYLESS WORK test_timelimit.sh across the two nodes: --time=2
+#                                            --signal=B:USR1@60, no outside signal; Slurm's warning
+#                                            checkpoints every rank, requeue, same final weights
 #   test_multinode.sh sweep RAYLESS WORK     test_sweep.sh (array tasks) on the cluster
 #   test_multinode.sh nodelost RAYLESS WORK  node2 killed mid-run (its slurmd and ranks): the job ends
 #                                            within the watchdog bound naming node2's ranks, nothing is
@@ -13,7 +16,7 @@
 #                                            in the weights of an uninterrupted 4-rank run
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-what=${1:?usage: test_multinode.sh train|preempt|sweep|nodelost RAYLESS WORK}
+what=${1:?usage: test_multinode.sh train|preempt|timelimit|sweep|nodelost RAYLESS WORK}
 bin=${2:?}; work=${3:?}
 dir=${RAYLESS_SLURM_MN_DIR:-/tmp/rayless-slurm-mn}
 if [ "${RAYLESS_SLURM_MULTINODE_UP:-0}" != 1 ] || [ ! -f "$dir/env" ]; then
@@ -57,6 +60,10 @@ case $what in
   preempt)
     (cd "$root_dir" && in_cluster env RAYLESS_TEST_SBATCH_ARGS="--nodes=2 --ntasks-per-node=2 --ntasks=4" \
        tools/slurm/test_preempt.sh "$bin" "$work")
+    ;;
+  timelimit)
+    (cd "$root_dir" && in_cluster env RAYLESS_TEST_SBATCH_ARGS="--nodes=2 --ntasks-per-node=2 --ntasks=4" \
+       tools/slurm/test_timelimit.sh "$bin" "$work")
     ;;
   sweep)
     (cd "$root_dir" && in_cluster tools/slurm/test_sweep.sh "$work")

@@ -21,10 +21,8 @@ if [ $fake = 1 ]; then
   bin=$root_dir/tools/slurm/fake_train.sh
   export FAKE_STEP_SECONDS=1
   steps=6
-elif ! rayless_trainer_available "$bin"; then
-  echo "trainer not available: '$bin train --help' fails (rayless train is not built yet)"
-  [ "${RAYLESS_REQUIRE_TRAINER:-0}" = 1 ] && exit 1
-  exit 77
+else
+  rayless_require_trainer "$bin"
 fi
 config=${RAYLESS_TEST_CONFIG:-$root_dir/configs/ci-small.toml}
 limit=${RAYLESS_TEST_TIMEOUT:-400}

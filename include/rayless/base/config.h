@@ -29,8 +29,11 @@ struct ModelConfig {
 
 struct TokenizerConfig {
   std::string path = "";                 // tokenizer.json; "" = the model directory's; "byte" = byte-level
-  std::string chat_template = "none";    // none | chatml | a string containing {prompt}
-  std::string system_prompt = "";        // system message for chatml ("" = none)
+  // auto (the model's own template, else none) | none | chatml | a template name of the model | a
+  // .jinja file | an inline Jinja template | a legacy string containing {prompt}
+  std::string chat_template = "auto";
+  std::string chat_template_kwargs = "{}";  // JSON object of extra template variables (a TOML table)
+  std::string system_prompt = "";        // system message when a plain-text prompt is wrapped ("" = none)
 };
 
 struct DataConfig {
@@ -66,6 +69,7 @@ struct RewardModelConfig {
   std::string path;         // model directory (config.json, safetensors, tokenizer)
   std::string tokenizer;    // tokenizer.json (default: the model directory's)
   int64_t batch_size = 8;   // texts per forward pass
+  std::string chat_template = "auto";  // renders conversational rows: the reward model's own template
 };
 
 struct RewardConfig {

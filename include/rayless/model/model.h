@@ -1,8 +1,10 @@
-// The policy: a decoder-only transformer for Qwen2/Qwen2.5, Qwen3 and Llama-style models, built from
-// an HF config.json. Parameter names equal the HF state dict (model.layers.N.self_attn.q_proj.weight,
+// The policy: a decoder-only transformer for Qwen2/Qwen2.5, Qwen3, Llama and Mistral-style models, built
+// from an HF config.json. Parameter names equal the HF state dict (model.layers.N.self_attn.q_proj.weight,
 // ..., lm_head.weight), so loading and saving are a name-for-name mapping.
 #pragma once
 #include "rayless/base/choices.h"
+#include "rayless/model/attention_window.h"
+#include "rayless/model/rotary.h"
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
@@ -21,7 +23,7 @@ namespace rayless {
 
 // The architecture fields of config.json that the model uses, validated.
 struct ModelArchConfig {
-  std::string model_type;  // qwen2 | qwen3 | llama
+  std::string model_type;  // qwen2 | qwen3 | llama | mistral
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -31,11 +33,11 @@ struct ModelArchConfig {
   int64_t head_dim = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
-  double rope_linear_factor = 1.0;  // rope_scaling {"rope_type": "linear", "factor": f}
+  RopeConfig rope;                  // rope_scaling / rope_parameters, rope_theta
+  AttentionLayout attention;        // sliding-window layers
   bool tie_word_embeddings = false;
-  bool attention_bias = false;      // q/k/v bias (always on for qwen2)
-  bool o_proj_bias = false;         // llama/qwen3: = attention_bias; qwen2: never
+  bool attention_bias = false;      // q/k/v bias (always on for qwen2, never for mistral)
+  bool o_proj_bias = false;         // llama/qwen3: = attention_bias; qwen2, mistral: never
   bool qk_norm = false;             // qwen3
   double initializer_range = 0.02;
   std::optional<int64_t> bos_token_id, pad_token_id;
@@ -54,6 +56,10 @@ struct KVCache {
   std::vector<torch::Tensor> keys, values;  // per layer [B, H_kv, capacity, D]
   int64_t length = 0;                       // positions filled
   int64_t capacity_hint = 0;                // preallocate this many positions on first use (0 = exact)
+  // Dynamic RoPE's state through one generation. Each forward with this cache counts as advancing
+  // every row the cache ever held by its width, as rows stay in transformers' generate batch after
+  // they finish (here select_rows may drop them).
+  DynamicRopeState rope_state;
   // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D].
   std::pair<torch::Tensor, torch::Tensor> append(size_t layer, const torch::Tensor& k, const torch::Tensor& v);
   // Keeps only rows `index` (e.g. repeating prompts for several generations).
@@ -68,10 +74,6 @@ class RMSNormImpl : public torch::nn::Module {
   double eps;
 };
 TORCH_MODULE(RMSNorm);
-
-struct RotaryTables {  // cos/sin [B, T, D] in the compute dtype
-  torch::Tensor cos, sin;
-};
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -134,6 +136,8 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
   torch::Tensor lm_head_weight() const;  // [V, H]; the embedding when tied
 
+  const RotaryEmbedding& rotary() const { return rotary_; }
+
   // Recompute each layer in backward instead of keeping its activations (training only).
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
@@ -154,10 +158,9 @@ class CausalLMImpl : public torch::nn::Module {
   torch::nn::Linear lm_head{nullptr};  // null when tied
 
  private:
-  RotaryTables rotary(const torch::Tensor& position_ids, torch::Dtype dtype) const;
   ModelArchConfig config_;
+  RotaryEmbedding rotary_;
   bool gradient_checkpointing_ = false;
-  mutable torch::Tensor inv_freq_;  // RoPE inverse frequencies [D/2], float32, on the last device used
 };
 TORCH_MODULE(CausalLM);
 

@@ -1,6 +1,5 @@
 // Tokenizers: byte-level BPE read from an HF tokenizer.json (GPT-2 / Qwen2 / Llama-3 style), and a
-// plain byte tokenizer (256 bytes + specials) for the embedded demo. Chat formatting: the built-in
-// "chatml" (Qwen's) or a plain template string containing {prompt}; Jinja templates are out of scope.
+// plain byte tokenizer (256 bytes + specials) for the embedded demo. Chat templates: prompts/chat_template.h.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -36,18 +35,5 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::fi
 std::shared_ptr<Tokenizer> make_byte_tokenizer();
 // Parses tokenizer.json text (`where` names it in errors).
 std::shared_ptr<Tokenizer> parse_bpe_tokenizer(const std::string& json_text, const std::string& where);
-
-struct ChatMessage {
-  std::string role;     // system | user | assistant
-  std::string content;
-};
-
-// template_name: "none" (the prompt as is; a lone user message only), "chatml", or a string with
-// {prompt} (user content substituted). add_generation_prompt opens the assistant turn (chatml).
-std::string apply_chat_template(const std::string& template_name, const std::vector<ChatMessage>& messages,
-                                bool add_generation_prompt = true);
-// Convenience: optional system prompt + one user message.
-std::string format_prompt(const std::string& template_name, const std::string& system_prompt,
-                          const std::string& prompt);
 
 }  // namespace rayless

@@ -16,7 +16,9 @@ struct DataConfig;
 
 struct PromptRow {
   std::string prompt;       // text prompt; empty for a chat row
-  nlohmann::json messages;  // chat messages (array of {role, content}); null for a text row
+  // chat messages (array of {role, content, ...}, keys in the file's order, which templates' tojson
+  // shows); null for a text row
+  nlohmann::ordered_json messages;
   nlohmann::json fields;    // the whole JSON object of the line, prompt/messages included
   int64_t line = 0;         // 1-based line number in the file (for messages)
   bool is_chat() const { return !messages.is_null(); }
@@ -37,7 +39,8 @@ PromptDataset load_prompt_dataset(const std::string& path, const std::string& pr
 PromptDataset load_prompt_dataset(const DataConfig& config);
 
 // "" when `object` holds a usable prompt (a non-empty string under prompt_field, or a messages list
-// under messages_field), else why not. Fills row.prompt or row.messages (not row.fields or row.line).
+// under messages_field: objects with a string "role"; "content" a string, a list of parts or absent),
+// else why not. Fills row.prompt or row.messages (not row.fields or row.line).
 std::string parse_prompt_row(const nlohmann::json& object, const std::string& prompt_field,
                              const std::string& messages_field, PromptRow& row);
 

@@ -1,17 +1,21 @@
-// A dataset row's prompt as TRL builds it: a plain-text prompt goes through tokenizer.chat_template
-// ("none" = as is) and is tokenized with the tokenizer's own special tokens when no template wraps it
-// (TRL calls tokenizer(text): a post-processor that adds BOS adds it); a chat row (messages) is
-// rendered by the chat template — chatml when chat_template is "none", since messages need one —
-// and tokenized as is (the template writes its own specials). Then data.max_prompt_length applies.
+// A dataset row's prompt as TRL builds it. A chat row (messages) is rendered by the chat template
+// with the generation prompt and tokenized as is (the template writes its own BOS): TRL's
+// apply_chat_template(..., add_generation_prompt=True, tokenize=True). A plain-text prompt goes to
+// the tokenizer as it is, with the post-processor's special tokens (TRL's tokenizer(text): a BOS when
+// the tokenizer adds one) — unless tokenizer.chat_template names a template explicitly, which then
+// wraps the text as a user message (after tokenizer.system_prompt, if any). Then
+// data.max_prompt_length applies.
 #pragma once
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "rayless/base/choices.h"
+#include "rayless/prompts/chat_template.h"
 
 namespace rayless {
 
@@ -20,21 +24,35 @@ struct PromptDataset;
 struct TokenizerConfig;
 class Tokenizer;
 
+// How prompts become text: tokenizer.chat_template resolved, its kwargs, the system prompt.
+struct PromptFormat {
+  ChatTemplate chat_template;
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // tokenizer.chat_template_kwargs
+  std::string system_prompt;
+};
+
+// model_dir: where the model's tokenizer_config.json / chat_template.jinja are looked for (unless
+// tokenizer.path names a tokenizer.json elsewhere: then beside it).
+PromptFormat prompt_format_from_config(const TokenizerConfig& config, const std::filesystem::path& model_dir);
+
 struct PromptTokens {
   std::string text;          // what was tokenized (rewards see it)
   std::vector<int64_t> ids;  // after truncation
 };
 
+// The text a row's prompt becomes (before tokenization). `where` names the row in errors.
+std::string prompt_text(const PromptRow& row, const PromptFormat& format, const std::string& where);
+
 // `where` names the row in errors (file:line). InputError for a prompt longer than max_length
-// with truncation Error.
-PromptTokens build_prompt(const PromptRow& row, const TokenizerConfig& config, const Tokenizer& tokenizer,
+// with truncation Error, or for messages the template cannot render.
+PromptTokens build_prompt(const PromptRow& row, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, const std::string& where);
 
 // Every row as training would use it, before any generation: the prompt built and tokenized as above
 // (with data.max_prompt_length under truncation "error") and `check_row` (what the rewards need of
 // the row; "" = fine). A bad row is an InputError "file:line: why", or, with skip_invalid, is
 // dropped and counted in dataset.skipped_lines. A dataset left with no row is an InputError.
-void check_prompt_dataset(PromptDataset& dataset, const TokenizerConfig& config, const Tokenizer& tokenizer,
+void check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, bool skip_invalid,
                           const std::function<std::string(const nlohmann::json&)>& check_row);
 

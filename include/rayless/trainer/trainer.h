@@ -22,6 +22,7 @@
 #include "rayless/grpo/loss.h"
 #include "rayless/model/model.h"
 #include "rayless/prompts/dataset.h"
+#include "rayless/prompts/prompt_builder.h"
 #include "rayless/prompts/sharding.h"
 #include "rayless/rollout/rollout_batch.h"
 #include "rayless/sampler/sampler.h"
@@ -126,6 +127,7 @@ class Trainer {
   CausalLM reference_{nullptr};
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DataParallel> data_parallel_;
+  PromptFormat prompt_format_;  // tokenizer.chat_template resolved once (a bad template fails at start)
   PromptDataset dataset_;
   std::unique_ptr<RewardSet> rewards_;
   std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
