@@ -55,11 +55,16 @@ Decision decide(const fs::path& dir, const std::string& resume, bool overwrite, 
     log_info(str("rayless train: --overwrite: moved the old run (", traces, ") to ", moved.string(), "; starting fresh"));
     return kStartFresh;
   }
-  message = resume == "auto"
-                ? str(dir.string(), " holds a run (", traces,
-                      ") but no checkpoint to resume: pass --overwrite to move it aside and start fresh")
-                : str(dir.string(), " already holds a run (", traces,
-                      "): pass --resume auto to continue it, or --overwrite to move it aside and start fresh");
+  if (resume == "auto") {
+    // a run stopped before its first checkpoint (killed, preempted): a requeued job must go on, so it
+    // starts again from step 0; what the interrupted attempt wrote is kept aside, not deleted
+    const fs::path moved = move_aside(dir);
+    log_info(str("rayless train: ", dir.string(), " holds a run (", traces, ") stopped before its first checkpoint: moved it to ",
+                 moved.string(), "; starting from the beginning"));
+    return kStartFresh;
+  }
+  message = str(dir.string(), " already holds a run (", traces,
+                "): pass --resume auto to continue it, or --overwrite to move it aside and start fresh");
   return kRefuse;
 }
 

@@ -2,7 +2,7 @@
 # One run per directory: a new run where a run is (metrics, checkpoints, rollouts) stops with exit 2
 # and touches nothing; --resume auto continues it; --overwrite moves it to DIR.replaced-<time> and
 # starts clean; --resume auto where nothing is starts fresh and says so, and where a run without a
-# checkpoint is, stops with exit 2. (Written when a second run appended steps 1, 2 to the first's
+# checkpoint is (stopped before its first), moves it aside and starts from the beginning. (Written when a second run appended steps 1, 2 to the first's
 # metrics.jsonl and left its checkpoints beside.)
 # usage: run_directory_never_mixes.sh RAYLESS
 set -uo pipefail
@@ -54,11 +54,14 @@ echo "PASS: --overwrite moved the old run to $(basename "$moved"), the new one s
 grep -q "nothing to resume in $work/empty: starting fresh" "$work/5.log" || { cat "$work/5.log"; fail "must say it starts fresh"; }
 echo "PASS: --resume auto with nothing there starts fresh and says so"
 
-# --resume auto where a run left no checkpoint: exit 2
+# --resume auto where a run left no checkpoint (stopped before its first one): moved aside, fresh start
 rm -rf "$work/empty/checkpoints"
 "$rayless" train "${common[@]}" --output "$work/empty" --set train.max_steps=1 --resume auto > "$work/6.log" 2>&1
 rc=$?
 cat "$work/6.log"
-[ $rc -eq 2 ] && grep -q "holds a run (metrics.jsonl, rollouts/) but no checkpoint to resume: pass --overwrite" "$work/6.log" \
+[ $rc -eq 0 ] && grep -q "holds a run (metrics.jsonl, rollouts/) stopped before its first checkpoint: moved it to $work/empty.replaced-" "$work/6.log" \
   || fail "--resume auto over a run without checkpoint: exit $rc"
-echo "PASS: --resume auto over a run without a checkpoint -> exit 2"
+moved=$(ls -d "$work"/empty.replaced-* | head -n 1)
+[ -s "$moved/metrics.jsonl" ] && [ -d "$moved/rollouts" ] || fail "the interrupted run was not kept in $moved"
+[ "$(steps_of "$work/empty/metrics.jsonl")" = "1" ] || fail "after the fresh start: steps $(steps_of "$work/empty/metrics.jsonl")"
+echo "PASS: --resume auto over a run without a checkpoint -> moved to $moved, started from the beginning"

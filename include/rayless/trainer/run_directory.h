@@ -6,10 +6,11 @@
 //   what DIR holds            (none)           --resume auto                --resume PATH   --overwrite
 //   nothing                   start            start ("nothing to resume")  resume PATH     start
 //   a run with a checkpoint   exit 2           resume the newest            resume PATH     move, start
-//   a run, no checkpoint      exit 2           exit 2                       resume PATH     move, start
+//   a run, no checkpoint      exit 2           move, start                  resume PATH     move, start
 //
-// "A run" is metrics.jsonl, or anything under checkpoints/ or rollouts/. With --resume auto and
-// --overwrite together, --overwrite applies only when there is no checkpoint to resume.
+// "A run" is metrics.jsonl, or anything under checkpoints/ or rollouts/. A run without a checkpoint
+// was stopped before its first one: --resume auto moves it aside and starts from the beginning, so a
+// job killed or preempted early still goes on when requeued.
 #pragma once
 #include <filesystem>
 #include <optional>

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Disk full (issue 17 §3), by write-failure injection (the io_faults shim, mode enospc: writes to the
+# named files fail with ENOSPC). np 2, μ = 2, a checkpoint after every step, 8 steps:
+#   1. the disk fills 1 MiB into rank 0's model.safetensors of the checkpoint after step 3 (rank 1
+#      has written its part and waits)
+#   2. (resumed) the disk is full for every rank's rollout store when generation 1 is written
+# Each time: exit 1, exactly one "rayless: error:" line, naming a path under checkpoints/ or rollouts/;
+# `latest` names the previous complete checkpoint, the store holds no torn file, no process is left.
+# Then, with space back, `--resume auto` runs to the end: final weights equal the uninterrupted run's.
+# usage: disk_full.sh RAYLESS SHIM REFERENCE_DIR
+# FAULTS_BREAK=ignore-errors (shows the test can fail): fault 1 uses shim mode drop (writes "succeed"
+# without writing: what a writer that ignores errors produces).
+rayless=$1; shim=$2; reference=$3
+source "$(dirname "$0")/lib.sh"
+make_work disk-full
+ensure_reference
+out=$work/run
+flog=$work/faults.log
+t_start=$(now)
+n=0
+mode1=enospc
+[ "${FAULTS_BREAK:-}" = ignore-errors ] && mode1=drop
+
+# full MODE RANK SUBSTR AFTER_BYTES WHERE WHAT
+full() {
+  local mode=$1 rank=$2 substr=$3 bytes=$4 where=$5 what=$6 rc t0 resume=() errors name store
+  n=$((n + 1))
+  [ -f "$out/checkpoints/latest" ] && resume=(--resume auto)
+  t0=$(now)
+  LD_PRELOAD=$shim RAYLESS_FAULT_MODE=$mode RAYLESS_FAULT_RANK=$rank RAYLESS_FAULT_PATH_SUBSTR=$substr \
+    RAYLESS_FAULT_AFTER_BYTES=$bytes RAYLESS_FAULT_LOG=$flog train "$FAULTS_NP" "$out" "${resume[@]}" \
+    > "$work/run$n.log" 2>&1
+  rc=$?
+  grep -q "$substr" "$flog" 2>/dev/null || { cat "$work/run$n.log"; fail "the fault never fired"; }
+  echo "disk full $n: $what; job ended: exit $rc after $(elapsed "$t0") s"
+  grep "$substr" "$flog" | sed "s|$work/||; s/^/    /"
+  : > "$flog"
+  no_leftovers 10 || fail "processes left"
+  errors=$(grep "rayless: error:" "$work/run$n.log")
+  echo "$errors" | sed "s|$work/||; s/^/    /"
+  [ $rc -eq 1 ] || { cat "$work/run$n.log"; fail "exit $rc, expected 1"; }
+  [ "$(echo "$errors" | grep -c .)" -eq 1 ] || { cat "$work/run$n.log"; fail "expected exactly one rayless: error: line"; }
+  echo "$errors" | grep -q "$out/$where" || fail "the error does not name a path under $where"
+  echo "$errors" | grep -qi "no space left on device" || echo "    (note: the message does not say 'No space left on device')"
+  name=$(check_checkpoints "$out") || { echo "$name"; exit 1; }
+  store=$(check_store "$out") || { echo "$store"; exit 1; }
+  echo "    latest = $name (complete, loads); $store; no process left"
+  [ "$name" = "$7" ] || fail "latest = $name, expected $7"
+}
+
+full "$mode1" 0 "/checkpoints/.tmp-step-00000003/" 1048576 checkpoints/ \
+  "ENOSPC 1 MiB into rank 0's step-00000003/model.safetensors" step-00000002
+[ ! -d "$out/checkpoints/step-00000003" ] || fail "a step-00000003 directory exists"
+full enospc "" "/rollouts/" 0 rollouts/ "ENOSPC on every rank's rollout store (generation 1)" step-00000004
+[ ! -f "$out/rollouts/rank-00000/step-00000001.h5" ] && [ ! -f "$out/rollouts/rank-00001/step-00000001.h5" ] ||
+  echo "    (a step-00000001.h5 exists: whole, as checked)"
+
+t0=$(now)
+train "$FAULTS_NP" "$out" --resume auto > "$work/final.log" 2>&1 || { cat "$work/final.log"; fail "--resume auto with space back"; }
+grep -q "resumed from .*step-00000004" "$work/final.log" || { cat "$work/final.log"; fail "did not resume from step-00000004"; }
+echo "space back: --resume auto from step-00000004 finished in $(elapsed "$t0") s"
+no_leftovers 5 || fail "processes left after the final run"
+same_weights "$out" || exit 1
+steps_once "$out" || exit 1
+echo "PASS: disk full in a checkpoint and in the store: exit 1, one line naming the path, previous state intact, identical weights after --resume auto; $(elapsed "$t_start") s"
