@@ -105,6 +105,14 @@ slurm_report_job() {
   slurm_print_logs "$(slurm_dir)"
 }
 
+# The Slurm tests' failure exit: the message, then (when $job is set) the job's record, the job
+# outputs in $work and the fake trainer's rank logs.
+slurm_fail() {
+  echo "FAIL: $*" >&2
+  [ -n "${job:-}" ] && slurm_report_job "$job" "$work"/*.out "$work"/*/fake-rank-*.log >&2
+  exit 1
+}
+
 # True when `rayless train` is implemented in binary $1 (the placeholder fails on --help).
 rayless_trainer_available() {
   "$1" train --help >/dev/null 2>&1

@@ -10,7 +10,7 @@ hello=${1:?usage: test_hello.sh MPI_HELLO_BINARY WORK_DIR}
 work=${2:?usage: test_hello.sh MPI_HELLO_BINARY WORK_DIR}
 slurm_require_cluster
 rm -rf "$work" && mkdir -p "$work"
-fail() { echo "FAIL: $*" >&2; [ -n "${job:-}" ] && slurm_report_job "$job" "$work"/*.out >&2; exit 1; }
+fail() { slurm_fail "$@"; }
 
 state=$(sinfo -h -N -o '%T' | head -n 1)
 [[ $state == idle || $state == mixed || $state == allocated ]] || fail "node state is '$state'"

@@ -28,11 +28,7 @@ config=${RAYLESS_TEST_CONFIG:-$root_dir/configs/ci-small.toml}
 limit=${RAYLESS_TEST_TIMEOUT:-400}
 rm -rf "$work" && mkdir -p "$work"
 job=""
-fail() {
-  echo "FAIL: $*" >&2
-  [ -n "$job" ] && slurm_report_job "$job" "$work"/*.out "$work"/*/fake-rank-*.log >&2
-  exit 1
-}
+fail() { slurm_fail "$@"; }
 export RAYLESS_BIN=$bin RAYLESS_CONFIG=$config
 
 # 1. the reference: no interruption

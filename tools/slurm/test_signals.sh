@@ -16,7 +16,7 @@ rayless_trainer_available "$bin" || { echo "trainer not available"; exit 77; }
 limit=${RAYLESS_TEST_TIMEOUT:-400}
 rm -rf "$work" && mkdir -p "$work"
 job=""
-fail() { echo "FAIL: $*" >&2; [ -n "$job" ] && slurm_report_job "$job" "$work"/*.out >&2; exit 1; }
+fail() { slurm_fail "$@"; }
 export RAYLESS_BIN=$bin RAYLESS_CONFIG=$root_dir/configs/ci-small.toml
 
 for how in "ranks" "batch"; do
