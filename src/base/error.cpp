@@ -1,5 +1,6 @@
 #include "rayless/base/error.h"
 
+#include <cstring>
 #include <iostream>
 
 namespace rayless {
@@ -15,6 +16,10 @@ void print_error(const std::string& message) {
     if (c == '\n' || c == '\r') c = ' ';
   }
   std::cerr << "rayless: error: " << line << std::endl;
+}
+
+std::string os_reason(int error_number) {
+  return error_number == 0 ? std::string("I/O error") : std::string(std::strerror(error_number));
 }
 
 }  // namespace rayless

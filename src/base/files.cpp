@@ -42,10 +42,11 @@ void write_file_atomically(const fs::path& path, const std::function<void(const 
 
 void write_text_atomically(const fs::path& path, const std::string& text) {
   write_file_atomically(path, [&](const fs::path& tmp) {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary);
     out << text;
     out.flush();
-    runtimeCheck(out.good(), "cannot write ", tmp.string());
+    ioCheck(out.good(), "cannot write ", tmp.string());
   });
 }
 

@@ -215,8 +215,9 @@ void save_safetensors(const std::filesystem::path& file, const std::vector<std::
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');  // align the data section, as the reference writer does
   write_file_atomically(file, [&](const std::filesystem::path& tmp) {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary);
-    runtimeCheck(out.good(), "cannot write ", tmp.string());
+    ioCheck(out.good(), "cannot write ", tmp.string());
     uint8_t len[8];
     uint64_t n = text.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
@@ -225,7 +226,7 @@ void save_safetensors(const std::filesystem::path& file, const std::vector<std::
     for (const auto& t : contiguous)
       out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
     out.flush();
-    runtimeCheck(out.good(), "write failed: ", tmp.string());
+    ioCheck(out.good(), "write failed: ", tmp.string());
   });
 }
 

@@ -124,6 +124,8 @@ void write_tensor(hid_t group, const std::string& name, torch::Tensor tensor,
       check_h5(H5Pset_shuffle(create), "H5Pset_shuffle");
       check_h5(H5Pset_deflate(create, 4), "H5Pset_deflate");
     }
+    // a checksum per chunk: damaged bytes in a stored generation fail the read instead of training
+    check_h5(H5Pset_fletcher32(create), "H5Pset_fletcher32");
   }
   const torch::ScalarType type = tensor.scalar_type();
   Handle dataset(H5Dcreate2(group, name.c_str(), file_type(disk.value_or(type)), space, H5P_DEFAULT, create, H5P_DEFAULT),
@@ -180,14 +182,16 @@ void write_attr(hid_t object, const std::string& name, const std::vector<double>
 }
 
 Handle create_file(const fs::path& path) {
+  errno = 0;
   Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  runtimeCheck(file.valid(), "HDF5: cannot create ", path.string());
+  ioCheck(file.valid(), "HDF5: cannot create ", path.string());
   return file;
 }
 
 void close_file(Handle& file, const fs::path& path) {
-  runtimeCheck(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "HDF5: cannot flush ", path.string());
-  runtimeCheck(H5Fclose(file.release()) >= 0, "HDF5: cannot close ", path.string());
+  errno = 0;
+  ioCheck(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "HDF5: cannot flush ", path.string());
+  ioCheck(H5Fclose(file.release()) >= 0, "HDF5: cannot close ", path.string());
 }
 
 // Steps with a complete step file in dir/rank-RRRRR/ (temporaries never match the pattern).
@@ -420,6 +424,27 @@ void check_hash(const std::string& what, const std::string& stored, const std::s
 
 }  // namespace
 
+// Temporary files a killed writer of this rank left (".step-00000003.h5.tmp.PID" in its directory,
+// ".rank-RRRRR.h5.tmp.PID", and rank 0's ".index.h5.tmp.PID"): only this rank writes them, and never
+// while it is here, so they go. Readers ignore them anyway; this keeps the disk from filling.
+static void clear_leftovers(const fs::path& dir, int64_t rank) {
+  static const std::regex temporary("\\..*\\.h5\\.tmp\\.[0-9]+");
+  const std::string own_rank_file = "." + rank_file_name(rank) + ".tmp.";
+  auto sweep = [&](const fs::path& where, bool everything) {
+    std::error_code error;
+    std::vector<fs::path> doomed;
+    for (const auto& entry : fs::directory_iterator(where, error)) {
+      const std::string name = entry.path().filename().string();
+      if (!std::regex_match(name, temporary)) continue;
+      if (everything || name.rfind(own_rank_file, 0) == 0 || (rank == 0 && name.rfind(".index.h5.tmp.", 0) == 0))
+        doomed.push_back(entry.path());
+    }
+    for (const fs::path& path : doomed) fs::remove(path, error);
+  };
+  sweep(dir / rank_dir_name(rank), true);
+  sweep(dir, false);
+}
+
 // ---- public -------------------------------------------------------------------------------------
 
 std::string rank_file_name(int64_t rank) { return "rank-" + pad(rank, 5) + ".h5"; }
@@ -469,6 +494,7 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
   const fs::path dir(dir_string);
   const fs::path step_path = step_file_path(dir_string, r.rank, r.step);
   fs::create_directories(step_path.parent_path());
+  clear_leftovers(dir, r.rank);
   write_file_atomically(step_path, [&](const fs::path& tmp) {
     Handle file = create_file(tmp);
     Handle group(H5Gcreate2(file, step_group_name(r.step).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
@@ -510,7 +536,11 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
 
 Rollouts read_rollouts(const std::string& dir, int64_t step, int64_t rank, const std::string& expected_config_hash,
                        const std::string& expected_tokenizer_hash, RolloutAttrs* attrs_out) {
-  const std::string path = (fs::path(dir) / rank_file_name(rank)).string();
+  // the step file itself when it is there, so that an error names the file that is damaged; the rank
+  // file's link otherwise
+  const std::string step_file = step_file_path(dir, rank, step);
+  std::error_code error;
+  const std::string path = fs::exists(step_file, error) ? step_file : (fs::path(dir) / rank_file_name(rank)).string();
   RolloutEntry entry{step, rank, path, "/" + step_group_name(step)};
   {
     Handle file = open_file(path);

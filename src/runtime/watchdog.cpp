@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -42,6 +43,7 @@ struct Watchdog::State {
   std::vector<InFlight> in_flight;  // stack of nested guards
   StallHandler handler;
   std::string heartbeat_dir;        // where each rank's heartbeat file lives ("" = none)
+  int world_size = 0;               // ranks expected to write one (0 = unknown)
   Clock::time_point last_heartbeat;
 };
 
@@ -95,40 +97,47 @@ void write_heartbeat(const std::string& dir, int rank, uint64_t calls, int64_t s
 
 // The ranks that have not reached collective call #calls, or whose heartbeat went quiet, as read
 // from the other ranks' heartbeat files: "rank 2 (node2: silent for 14 s, last at step 3, collective
-// #51)". Empty when nothing is known.
-std::string missing_ranks(const std::string& dir, int me, uint64_t calls, double quiet_s) {
+// #51)"; with world_size > 0 also the ranks without a file: "rank 1 (no heartbeat yet)". Empty when
+// nothing is known. Heartbeats are written about once a second, so "last at" may lag by that much.
+std::string missing_ranks(const std::string& dir, int me, int world_size, uint64_t calls, double quiet_s) {
   std::error_code error;
-  std::string out;
+  std::map<int, std::string> missing;
+  std::vector<bool> seen(static_cast<size_t>(std::max(world_size, 0)), false);
   const std::time_t now = std::time(nullptr);
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (name.size() != 10 || name.rfind("rank-", 0) != 0) continue;
     const int rank = std::atoi(name.c_str() + 5);
-    if (rank == me) continue;
+    if (rank == me || (world_size > 0 && rank >= world_size)) continue;
     std::ifstream in(entry.path());
     uint64_t their_calls = 0;
     int64_t step = -1;
     long long at = 0;
     std::string host;
     if (!(in >> their_calls >> step >> at >> host)) continue;
+    if (world_size > 0) seen[static_cast<size_t>(rank)] = true;
     const double silent = std::difftime(now, static_cast<std::time_t>(at));
     if (their_calls >= calls && silent < quiet_s) continue;
-    std::ostringstream line;
-    line << (out.empty() ? "" : ", ") << "rank " << rank << " (" << host << ": silent for " << static_cast<long long>(silent)
-         << " s, last at step " << step << ", collective #" << their_calls << ")";
-    out += line.str();
+    missing[rank] = str("rank ", rank, " (", host, ": silent for ", static_cast<long long>(silent), " s, last at step ",
+                        step, ", collective #", their_calls, ")");
   }
+  for (int rank = 0; rank < world_size; ++rank)
+    if (rank != me && !seen[static_cast<size_t>(rank)]) missing[rank] = str("rank ", rank, " (no heartbeat yet)");
+  std::string out;
+  for (const auto& [rank, text] : missing) out += (out.empty() ? "" : ", ") + text;
   return out;
 }
 
 }  // namespace
 
-void Watchdog::set_heartbeat_dir(const std::string& dir) {
+void Watchdog::set_heartbeat_dir(const std::string& dir, int world_size) {
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (!dir.empty()) std::filesystem::remove(std::filesystem::path(dir) / heartbeat_name(s.rank), ignored);
   s.heartbeat_dir = dir;
+  s.world_size = world_size;
   s.last_heartbeat = Clock::time_point();
 }
 
@@ -172,7 +181,7 @@ void Watchdog::start(double timeout_s, int rank) {
                                 "); another rank failed or skipped it; aborting the job");
       if (!s.heartbeat_dir.empty()) {
         // who is missing, from the heartbeat files the ranks write beside the run
-        const std::string missing = missing_ranks(s.heartbeat_dir, s.rank, s.calls, std::max(5.0, s.timeout_s / 2));
+        const std::string missing = missing_ranks(s.heartbeat_dir, s.rank, s.world_size, s.calls, std::max(5.0, s.timeout_s / 2));
         message += missing.empty() ? std::string("; every other rank's heartbeat is recent")
                                    : "; not arrived: " + missing;
       }

@@ -7,25 +7,33 @@
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/base/log.h"
 
 namespace fs = std::filesystem;
 
 namespace rayless {
 
-MetricsLog::MetricsLog(const fs::path& path, int64_t resume_step) {
+MetricsLog::MetricsLog(const fs::path& path, int64_t resume_step) : path_(path) {
   if (resume_step >= 0 && fs::exists(path)) {
     std::istringstream old(read_text_file(path));
     std::string kept, line;
+    int64_t line_number = 0, torn = 0;
     while (std::getline(old, line)) {
+      ++line_number;
       if (line.empty()) continue;
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > resume_step) continue;
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+        if (torn++ == 0) log_warn(str(path.string(), ":", line_number, ": dropped a line that is not a whole metrics record (torn by an interrupted write)"));
+        continue;
+      }
+      if (j["step"].get<int64_t>() > resume_step) continue;
       kept += line + "\n";
     }
     write_text_atomically(path, kept);
   }
+  errno = 0;
   out_.open(path, std::ios::app);
-  runtimeCheck(out_.good(), "cannot open ", path.string(), " for writing");
+  ioCheck(out_.good(), "cannot open ", path.string(), " for writing");
 }
 
 void MetricsLog::write(int64_t step, const StepMetrics& metrics) {
@@ -37,8 +45,10 @@ void MetricsLog::write(int64_t step, const StepMetrics& metrics) {
     else
       line[name] = nullptr;  // JSON has no NaN
   }
+  errno = 0;
   out_ << line.dump() << "\n";
   out_.flush();
+  ioCheck(out_.good(), "cannot write ", path_.string(), " (step ", step, ")");
 }
 
 namespace {

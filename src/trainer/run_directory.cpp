@@ -45,7 +45,7 @@ enum Decision : int { kStartFresh = 1, kResume = 2, kRefuse = 3 };
 Decision decide(const fs::path& dir, const std::string& resume, bool overwrite, std::string& message) {
   const std::string traces = run_traces(dir);
   if (!resume.empty() && resume != "auto") return kResume;  // an explicit checkpoint: resolved by every rank
-  if (resume == "auto" && latest_checkpoint(dir / "checkpoints")) return kResume;
+  if (resume == "auto" && latest_checkpoint(dir / "checkpoints", /*warn=*/false)) return kResume;
   if (traces.empty()) {
     if (resume == "auto") log_info(str("rayless train: nothing to resume in ", dir.string(), ": starting fresh"));
     return kStartFresh;

@@ -129,7 +129,7 @@ int Trainer::run() {
     open_rank_log_file((output_dir_ / "logs" / str("rank-", runtime_.rank(), ".log")).string());
   }
   // heartbeats beside the run: a stalled collective can then name the rank that never came
-  Watchdog::instance().set_heartbeat_dir((output_dir_ / "logs" / "heartbeat").string());
+  Watchdog::instance().set_heartbeat_dir((output_dir_ / "logs" / "heartbeat").string(), comm_->size());
   if (resume_from) restore(*resume_from);
   data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
   if (runtime_.rank() == 0) {

@@ -4,9 +4,11 @@
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/base/hash.h"
 #include "rayless/base/log.h"
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/model/tokenizer.h"
+#include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/trainer/checkpoint.h"
 #include "rayless/trainer/optimizer.h"
@@ -39,7 +41,10 @@ void Trainer::save(bool at_optimizer_boundary) {
   state.data_cursor = cursor_at_step(shard_spec_, state.generation_step);
   state.iteration = (micro_step_ % micro_steps_per_cycle_) / steps_per_generation_;
   state.micro_batch = micro_step_ % steps_per_generation_;
-  RankState rank_state{rank, !at_optimizer_boundary, step_loss_float32_};
+  RankState rank_state{rank, !at_optimizer_boundary, step_loss_float32_, ""};
+  // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
+  if (micro_step_ % micro_steps_per_cycle_ != 0)
+    rank_state.generation_file_hash = generation_file_hash(state.generation_step);
 
   auto fill_rank0 = [&](const fs::path& dir) {
     write_hf_files(policy_, tokenizer_.get(), dir);
@@ -62,6 +67,13 @@ void Trainer::save(bool at_optimizer_boundary) {
   log_info(str("checkpoint: ", path.string()));
 }
 
+std::string Trainer::generation_file_hash(int64_t generation_step) const {
+  const std::string path = step_file_path((output_dir_ / "rollouts").string(), runtime_.rank(), generation_step);
+  if (!fs::exists(path)) return "";
+  const std::string bytes = read_text_file(path);
+  return hex64(fnv1a64(bytes.data(), bytes.size()));
+}
+
 void Trainer::restore(const fs::path& checkpoint) {
   const fs::path state_file = checkpoint / "trainer_state.json";
   const TrainerState state = TrainerState::from_json(nlohmann::json::parse(read_text_file(state_file)), state_file.string());
@@ -79,13 +91,17 @@ void Trainer::restore(const fs::path& checkpoint) {
     torch::load(saved, (checkpoint / "reference.pt").string());
     copy_parameters(saved, reference_->parameters());
   }
+  const fs::path rank_file = checkpoint / str("rank-", runtime_.rank(), ".json");
+  const RankState rank_state = fs::exists(rank_file)
+                                   ? RankState::from_json(nlohmann::json::parse(read_text_file(rank_file)))
+                                   : RankState{};
+  expected_generation_hash_ = mid_cycle ? rank_state.generation_file_hash : "";
   if (mid_accumulation) {
     std::vector<torch::Tensor> grads;
     torch::load(grads, (checkpoint / str("grads-rank-", runtime_.rank(), ".pt")).string());
     auto params = policy_->parameters();
     for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i].clone();
-    const fs::path rank_file = checkpoint / str("rank-", runtime_.rank(), ".json");
-    step_loss_float32_ = RankState::from_json(nlohmann::json::parse(read_text_file(rank_file))).step_loss_float32;
+    step_loss_float32_ = rank_state.step_loss_float32;
   }
   last_saved_micro_step_ = micro_step_;
   log_info(str("resumed from ", checkpoint.string(), " at step ", optimizer_step_, " (micro-step ", micro_step_, ")"));

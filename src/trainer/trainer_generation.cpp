@@ -232,6 +232,15 @@ void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropi
 
 // After a resume in the middle of a cycle: the generation is read back, not regenerated.
 Trainer::Generation Trainer::reload_generation(int64_t generation_step) {
+  if (!expected_generation_hash_.empty()) {
+    // the whole file as the checkpoint saw it: HDF5 checks only part of a file's bytes
+    const std::string found = generation_file_hash(generation_step);
+    const std::string path = step_file_path((output_dir_ / "rollouts").string(), runtime_.rank(), generation_step);
+    inputCheck(found == expected_generation_hash_, path, ": ",
+               found.empty() ? std::string("missing") : "damaged or replaced since the checkpoint (fnv1a64 " + found + ", the checkpoint recorded " + expected_generation_hash_ + ")",
+               "; the stored generation cannot be read back");
+    expected_generation_hash_.clear();
+  }
   RolloutAttrs attrs;
   const Rollouts stored = read_rollouts((output_dir_ / "rollouts").string(), generation_step, runtime_.rank(),
                                         config_hash_, tokenizer_->hash(), &attrs);

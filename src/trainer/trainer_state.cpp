@@ -58,6 +58,7 @@ nlohmann::json RankState::to_json(int64_t seed) const {
                          {"derivation", "fnv1a64(seed/rank/generation_step/purpose), purposes: sample, shuffle"}};
   j["has_accumulated_gradients"] = has_accumulated_gradients;
   j["step_loss_float32"] = step_loss_float32;
+  if (!generation_file_hash.empty()) j["generation_file_hash"] = generation_file_hash;
   return j;
 }
 
@@ -66,6 +67,7 @@ RankState RankState::from_json(const nlohmann::json& j) {
   s.rank = j.value("rank", int64_t{0});
   s.has_accumulated_gradients = j.value("has_accumulated_gradients", false);
   s.step_loss_float32 = j.value("step_loss_float32", 0.0f);
+  s.generation_file_hash = j.value("generation_file_hash", std::string());
   return s;
 }
 

@@ -4,9 +4,12 @@
 #   1. the disk fills 1 MiB into rank 0's model.safetensors of the checkpoint after step 3 (rank 1
 #      has written its part and waits)
 #   2. (resumed) the disk is full for every rank's rollout store when generation 1 is written
-# Each time: exit 1, exactly one "rayless: error:" line, naming a path under checkpoints/ or rollouts/;
+#   3. (resumed) the disk fills 100 bytes into rank 0's metrics.jsonl line of step 5 (a torn line)
+# Each time: exit 1, exactly one "rayless: error:" line, naming a path under checkpoints/, rollouts/
+# or metrics.jsonl and saying "No space left on device";
 # `latest` names the previous complete checkpoint, the store holds no torn file, no process is left.
-# Then, with space back, `--resume auto` runs to the end: final weights equal the uninterrupted run's.
+# Then, with space back, `--resume auto` runs to the end (dropping the torn metrics line, with a
+# warning): final weights equal the uninterrupted run's, every step in metrics.jsonl once.
 # usage: disk_full.sh RAYLESS SHIM REFERENCE_DIR
 # FAULTS_BREAK=ignore-errors (shows the test can fail): fault 1 uses shim mode drop (writes "succeed"
 # without writing: what a writer that ignores errors produces).
@@ -41,7 +44,7 @@ full() {
   [ $rc -eq 1 ] || { cat "$work/run$n.log"; fail "exit $rc, expected 1"; }
   [ "$(echo "$errors" | grep -c .)" -eq 1 ] || { cat "$work/run$n.log"; fail "expected exactly one rayless: error: line"; }
   echo "$errors" | grep -q "$out/$where" || fail "the error does not name a path under $where"
-  echo "$errors" | grep -qi "no space left on device" || echo "    (note: the message does not say 'No space left on device')"
+  echo "$errors" | grep -qi "no space left on device" || fail "the error does not say why (No space left on device)"
   name=$(check_checkpoints "$out") || { echo "$name"; exit 1; }
   store=$(check_store "$out") || { echo "$store"; exit 1; }
   echo "    latest = $name (complete, loads); $store; no process left"
@@ -54,10 +57,26 @@ full "$mode1" 0 "/checkpoints/.tmp-step-00000003/" 1048576 checkpoints/ \
 full enospc "" "/rollouts/" 0 rollouts/ "ENOSPC on every rank's rollout store (generation 1)" step-00000004
 [ ! -f "$out/rollouts/rank-00000/step-00000001.h5" ] && [ ! -f "$out/rollouts/rank-00001/step-00000001.h5" ] ||
   echo "    (a step-00000001.h5 exists: whole, as checked)"
+# metrics.jsonl (rank 0 writes it before the checkpoint of the same step): 100 bytes into step 5's
+# line, so the line is also left torn; the next resume must drop it (with a warning)
+full enospc 0 "/metrics.jsonl" 100 metrics.jsonl "ENOSPC 100 bytes into rank 0's metrics.jsonl line of step 5" step-00000004
+python3 - "$out/metrics.jsonl" <<'PY' || fail "expected metrics.jsonl to end in a torn line (100 bytes of step 5's)"
+import json, sys
+text = open(sys.argv[1]).read()
+last = text.split("\n")[-1]
+assert not text.endswith("\n") and len(last) == 100, (len(last), last)
+try:
+    json.loads(last)
+    sys.exit("the last line parses")
+except ValueError:
+    print("    metrics.jsonl ends in a torn line of 100 bytes: " + last[:40] + "...")
+PY
 
 t0=$(now)
 train "$FAULTS_NP" "$out" --resume auto > "$work/final.log" 2>&1 || { cat "$work/final.log"; fail "--resume auto with space back"; }
 grep -q "resumed from .*step-00000004" "$work/final.log" || { cat "$work/final.log"; fail "did not resume from step-00000004"; }
+grep -q "rayless: warning: .*metrics.jsonl:5: dropped a line that is not a whole metrics record" "$work/final.log" ||
+  { cat "$work/final.log"; fail "the torn metrics.jsonl line was not reported as dropped"; }
 echo "space back: --resume auto from step-00000004 finished in $(elapsed "$t0") s"
 no_leftovers 5 || fail "processes left after the final run"
 same_weights "$out" || exit 1

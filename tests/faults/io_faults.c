@@ -2,7 +2,8 @@
 // reads these variables; the test harness sets them on the processes it starts.
 //
 //   RAYLESS_FAULT_MODE         kill    raise(SIGKILL) in the middle of a write to a matching file
-//                              enospc  fail writes to matching files with ENOSPC (a full disk)
+//                              enospc  fail writes to matching files with ENOSPC (a full disk: the
+//                                      write that crosses the threshold is short, the next fail)
 //                              drop    pretend writes to matching files succeeded, write nothing (a
 //                                      writer that ignores errors: only for showing a test can fail)
 //                              (unset or empty: the shim does nothing)
@@ -159,6 +160,14 @@ static int decide(int fd, size_t count, const void* data_or_null, off_t offset, 
   }
   if (!__atomic_exchange_n(&g_logged, 1, __ATOMIC_SEQ_CST))
     log_fault(g_mode == MODE_ENOSPC ? "ENOSPC" : "dropped write", path, before);
+  if (g_mode == MODE_ENOSPC && data_or_null && g_after_bytes > before) {
+    // as a disk that fills: a short write of what still fits; the next write fails
+    size_t head = (size_t)(g_after_bytes - before);
+    if (head > count) head = count;
+    ssize_t w = positional ? syscall(SYS_pwrite64, fd, data_or_null, head, offset) : syscall(SYS_write, fd, data_or_null, head);
+    answer->result = w;
+    return 0;
+  }
   if (g_mode == MODE_ENOSPC) {
     errno = ENOSPC;
     answer->result = -1;
@@ -249,9 +258,9 @@ size_t fwrite(const void* ptr, size_t size, size_t nmemb, FILE* stream) {
   if (fd >= 0 && bytes > 0) {
     configure();
     if (g_mode != MODE_OFF && g_on == ON_WRITE) {
-      if (g_mode == MODE_KILL) fflush(stream);  // what was buffered before reaches the file
+      if (g_mode != MODE_DROP) fflush(stream);  // what was buffered before reaches the file first
       Answer a;
-      if (!decide(fd, bytes, ptr, 0, 0, &a)) return a.result < 0 ? 0 : nmemb;
+      if (!decide(fd, bytes, ptr, 0, 0, &a)) return a.result < 0 ? 0 : (size_t)a.result / size;
     }
   }
   return real_fwrite(ptr, size, nmemb, stream);

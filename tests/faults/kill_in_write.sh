@@ -84,16 +84,23 @@ faulted 0 write "/checkpoints/.latest.tmp" 0 "SIGKILL inside the write of checkp
 check_after step-00000005
 
 # 8. rank 0 dies while pruning (checkpoint.keep_last = 3), once step-00000006 is in place and named
-#    by latest: right after step-00000003/trainer_state.json is deleted (remove_all deletes in
-#    directory order; this is the moment that leaves the most behind: a step-* directory no longer
-#    complete, which later pruning skips; printed as a NOTE)
-faulted 0 unlink "/checkpoints/step-00000003/trainer_state.json" 0 "SIGKILL while pruning step-00000003, after its trainer_state.json"
+#    by latest: right after step-00000003/trainer_state.json is deleted. Pruning renames the directory
+#    to .tmp-removing-step-00000003 first, so no half-deleted step-* is left (check_checkpoints fails
+#    on one); the next save clears the .tmp- leftover.
+faulted 0 unlink "/checkpoints/.tmp-removing-step-00000003/trainer_state.json" 0 "SIGKILL while pruning step-00000003, after its trainer_state.json"
 check_after step-00000006
+[ ! -e "$out/checkpoints/step-00000003" ] || fail "step-00000003 still exists after its deletion began"
 
 train "$FAULTS_NP" "$out" --resume auto > "$work/final.log" 2>&1 || { cat "$work/final.log"; fail "the final --resume auto run"; }
 grep -q "resumed from .*step-00000006" "$work/final.log" || { cat "$work/final.log"; fail "the final run did not resume from step-00000006"; }
 no_leftovers 5 || fail "processes left after the final run"
 check_after step-00000008
+leftovers=$(ls -A "$out/checkpoints" | grep '^\.' | tr '\n' ' ')
+[ -z "$leftovers" ] || fail "leftovers of the kills in checkpoints/ after a clean save: $leftovers"
+echo "    checkpoints/ holds no leftover .tmp-* or .latest.tmp.* (cleared by the next save)"
+leftovers=$(find "$out/rollouts" -name '.*.tmp.*' | sed "s|$work/||" | tr '\n' ' ')
+[ -z "$leftovers" ] || fail "leftovers of the kills in the store after later generations were written: $leftovers"
+echo "    the store holds no leftover .*.tmp.* (each rank clears its own when it next writes)"
 same_weights "$out" || exit 1
 steps_once "$out" || exit 1
 echo "PASS: $n kills inside checkpoint and store writes; latest always complete, no torn step file, identical weights; $(elapsed "$t_start") s"

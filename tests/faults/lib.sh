@@ -114,9 +114,8 @@ wait_for_step() {
 latest_name() { tr -d ' \n\r\t' < "$1/checkpoints/latest" 2>/dev/null; }
 
 # check_checkpoints OUT: `latest` names a complete checkpoint (trainer_state.json, model, optimizer)
-# whose model loads; any newer step-* directory is complete too (renamed into place whole). Prints the
-# name; step-* directories that are not complete (half deleted: pruning or replacing an old one is
-# not atomic) are reported on stderr as NOTEs, with what they still hold.
+# whose model loads; every other step-* directory is complete too (renamed into place whole, and
+# renamed away before it is deleted). Prints the name.
 check_checkpoints() {
   local out=$1 name dir d
   name=$(latest_name "$out") || fail "no checkpoints/latest in $out"
@@ -133,7 +132,7 @@ check_checkpoints() {
   for d in "$out"/checkpoints/step-*; do
     [ -d "$d" ] || continue
     if [ -f "$d/trainer_state.json" ] && [ -f "$d/model.safetensors" ] && [ -f "$d/optimizer.pt" ]; then continue; fi
-    echo "NOTE: $(basename "$d") is not a complete checkpoint (latest: $name); it holds: $(ls "$d" | tr '\n' ' ')" >&2
+    fail "$(basename "$d") is not a complete checkpoint (latest: $name); it holds: $(ls "$d" | tr '\n' ' ')"
   done
   echo "$name"
 }

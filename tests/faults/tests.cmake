@@ -33,3 +33,9 @@ add_test(NAME faults-dead-rank-np3 COMMAND ${_faults}/rank_fault.sh $<TARGET_FIL
 set_tests_properties(faults-reference-run faults-kill9-random-moments faults-kill9-inside-writes
                      faults-kill9-before-first-checkpoint faults-disk-full faults-stalled-rank-np3 faults-dead-rank-np3
                      PROPERTIES ENVIRONMENT "${RAYLESS_MPI_ENV}" TIMEOUT 300 PROCESSORS 2 LABELS faults)
+
+# damaged newest checkpoint (fallback with a warning, or exit 2 for --resume PATH) and damaged stored
+# generations at a mid-cycle resume (exit 2 naming the step file)
+add_test(NAME faults-corrupt-files COMMAND ${_faults}/corrupt_files.sh $<TARGET_FILE:rayless> ${_faults_reference})
+set_tests_properties(faults-corrupt-files PROPERTIES FIXTURES_REQUIRED faults_reference ENVIRONMENT "${RAYLESS_MPI_ENV}"
+                     TIMEOUT 300 PROCESSORS 2 LABELS faults)

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <hdf5.h>
+
 #include "rayless/base/error.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rollout_test_util.h"
@@ -139,6 +141,7 @@ TEST_CASE("store: datasets are chunked and deflate-compressed") {
   }();
   CHECK_THAT(dump, Catch::Contains("CHUNKED"));
   CHECK_THAT(dump, Catch::Contains("DEFLATE"));
+  CHECK_THAT(dump, Catch::Contains("FLETCHER32"));  // damaged chunks fail the read
   CHECK_THAT(dump, Catch::Contains("H5T_STD_I32LE"));  // token ids stored as int32
 }
 
@@ -243,8 +246,32 @@ TEST_CASE("store: missing and corrupt files are one-line input errors") {
   } catch (const InputError& e) {
     const std::string message = e.what();
     CHECK(message.find('\n') == std::string::npos);
-    CHECK_THAT(message, Catch::Contains(dir));
+    CHECK_THAT(message, Catch::Contains(step_file.string()));  // the damaged file, not the rank file linking it
   }
+  // the same size, with bytes of a dataset's chunk overwritten: its checksum refuses it
+  const std::string dir2 = fresh_dir("corrupt-inside");
+  write_rollouts(dir2, make_rollouts(1, 0, 6, 8), make_attrs());
+  const fs::path step_file2 = step_file_path(dir2, 0, 1);
+  haddr_t chunk_at = 0;
+  hsize_t chunk_size = 0;
+  {
+    const hid_t file = H5Fopen(step_file2.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t dataset = H5Dopen2(file, "/step_00000001/completion_ids", H5P_DEFAULT);
+    hsize_t chunk_offset[1];
+    unsigned filter_mask = 0;
+    const hid_t space = H5Dget_space(dataset);
+    REQUIRE(H5Dget_chunk_info(dataset, space, 0, chunk_offset, &filter_mask, &chunk_at, &chunk_size) >= 0);
+    H5Sclose(space);
+    H5Dclose(dataset);
+    H5Fclose(file);
+  }
+  REQUIRE(chunk_size > 8);
+  {
+    std::fstream f(step_file2, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(chunk_at + chunk_size / 2));
+    for (int i = 0; i < 4; ++i) f.put(static_cast<char>(i * 37 + 11));
+  }
+  CHECK_THROWS_WITH(read_rollouts(dir2, 1, 0, "", ""), Catch::Contains(step_file2.string()));
   CHECK_THROWS_AS(list_rollouts(scratch_dir().string() + "/empty-nothing"), InputError);
 }
 

@@ -2,6 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -49,4 +52,35 @@ TEST_CASE("collectives that finish in time are not reported") {
   watchdog.stop();
   watchdog.reset_stall_handler();
   CHECK(calls == 0);
+}
+
+TEST_CASE("a stall names the ranks that never wrote a heartbeat, not those that are on time") {
+  // world of 3 seen from rank 0: rank 2's heartbeat is recent and ahead, rank 1 has none (stopped
+  // before its first one); a stale file of rank 0 from an earlier attempt must not matter
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "rayless-test-heartbeat";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / "rank-00000") << "999999 99 0 old-attempt\n"; }
+  { std::ofstream(dir / "rank-00002") << "1000000 5 " << std::time(nullptr) << " node2\n"; }
+  auto captured = std::make_shared<Captured>();
+  Watchdog& watchdog = Watchdog::instance();
+  watchdog.set_stall_handler([captured](const std::string& message) {
+    std::lock_guard<std::mutex> lock(captured->mutex);
+    captured->message = message;
+    ++captured->calls;
+  });
+  watchdog.start(0.05, 0);
+  watchdog.set_heartbeat_dir(dir.string(), 3);
+  CHECK((!std::filesystem::exists(dir / "rank-00000") || std::ifstream(dir / "rank-00000").peek() != '9'));
+  {
+    CollectiveGuard guard("allreduce");
+    for (int i = 0; i < 2000 && captured->calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  watchdog.stop();
+  watchdog.set_heartbeat_dir("", 0);
+  watchdog.reset_stall_handler();
+  REQUIRE(captured->calls == 1);
+  CHECK_THAT(captured->message, Catch::Contains("not arrived: rank 1 (no heartbeat yet)"));
+  CHECK_THAT(captured->message, !Catch::Contains("rank 2"));
+  std::filesystem::remove_all(dir);
 }

@@ -1,6 +1,7 @@
 // Errors: what the user did wrong (exit 2) vs what broke at run time (exit 1). Every message reaches
 // the user as one line "rayless: error: <message>", so messages name the file, key or line at fault.
 #pragma once
+#include <cerrno>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,10 @@ int exit_code_for(const std::exception& error);
 // "rayless: error: <what>" on stderr, one line (newlines in the message become spaces).
 void print_error(const std::string& message);
 
+// The system's reason for a failed call, from the errno captured right after it ("No space left on
+// device"); "I/O error" when the failing layer left errno at 0.
+std::string os_reason(int error_number);
+
 }  // namespace rayless
 
 // inputCheck(cond, parts...): throws InputError (exit 2) with the message when cond is false.
@@ -61,4 +66,15 @@ void print_error(const std::string& message);
   do {                                                                                      \
     if (!(cond))                                                                            \
       throw ::rayless::RuntimeError(::rayless::str(__VA_ARGS__, " (", __FILE__, ":", __LINE__, ")")); \
+  } while (0)
+
+// ioCheck(cond, parts...): a failed write/create/rename: throws RuntimeError (exit 1) naming the path
+// (in parts) and the system's reason. Callers set errno = 0 before the operation, so a stale errno is
+// never blamed.
+#define ioCheck(cond, ...)                                                                       \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      const int io_check_errno = errno;                                                          \
+      throw ::rayless::RuntimeError(::rayless::str(__VA_ARGS__, ": ", ::rayless::os_reason(io_check_errno))); \
+    }                                                                                            \
   } while (0)

@@ -25,8 +25,10 @@ class Watchdog {
 
   // Each rank writes DIR/rank-RRRRR (collectives entered, step, time, host) about once a second, and a
   // stall message names the ranks that have not reached the stalled collective or went quiet. DIR is
-  // on the run directory's shared file system (the trainer uses OUTPUT/logs/heartbeat).
-  void set_heartbeat_dir(const std::string& dir);
+  // on the run directory's shared file system (the trainer uses OUTPUT/logs/heartbeat). With the
+  // world size, a rank that has written no heartbeat yet (stopped early) is named too; this rank's
+  // file from an earlier attempt is removed so it never speaks for this one.
+  void set_heartbeat_dir(const std::string& dir, int world_size = 0);
 
   // What happens on a stall (default: print the message as "rayless: error: ..." and MPI_Abort(1)).
   // Tests replace it to observe the message without ending the process.

@@ -25,11 +25,19 @@ std::filesystem::path save_checkpoint(Communicator& comm, const std::filesystem:
                                       const std::function<void(const std::filesystem::path&)>& fill_each_rank,
                                       int64_t keep_last);
 
-// The checkpoint `latest` names (InputError if it names a missing directory), or none.
-std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& checkpoints_root);
+// What is wrong with a checkpoint directory, as "FILE: reason" ("" when it checks out): no
+// trainer_state.json, a file missing or of another size than manifest.json recorded, a .json that does
+// not parse, a .safetensors whose header or data does not check out. Reads no tensor data.
+std::string checkpoint_problem(const std::filesystem::path& dir);
 
-// --resume auto|PATH: auto = latest under the run's checkpoints/ (none -> start fresh); PATH = that
-// checkpoint directory (InputError when it is not a complete checkpoint).
+// --resume auto's checkpoint: the one `latest` names when it checks out; when it is damaged (or
+// missing), the newest older complete checkpoint that checks out, with a warning naming the bad file
+// (warn = false: silently). None without `latest`. InputError when no checkpoint checks out.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& checkpoints_root,
+                                                       bool warn = true);
+
+// --resume auto|PATH: auto = latest_checkpoint (none -> start fresh); PATH = that checkpoint
+// directory (InputError naming the file when it is incomplete or damaged: no fallback).
 std::optional<std::filesystem::path> resolve_resume(const std::string& resume,
                                                     const std::filesystem::path& checkpoints_root);
 

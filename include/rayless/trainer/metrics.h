@@ -14,10 +14,14 @@ using StepMetrics = std::map<std::string, double>;
 class MetricsLog {
  public:
   // Opens path for appending. resume_step >= 0: lines of steps after it (written by an interrupted
-  // run after its last checkpoint) are dropped first, so every step appears once.
+  // run after its last checkpoint) are dropped first, so every step appears once, and so are lines
+  // that are not JSON (torn by a crash in the middle of a write), with a warning.
   MetricsLog(const std::filesystem::path& path, int64_t resume_step = -1);
-  void write(int64_t step, const StepMetrics& metrics);  // one JSON line {"step": .., ...}, flushed
+  // One JSON line {"step": .., ...}, flushed; a failed write (a full disk) throws RuntimeError naming
+  // the file and the reason instead of losing the line silently.
+  void write(int64_t step, const StepMetrics& metrics);
  private:
+  std::filesystem::path path_;
   std::ofstream out_;
 };
 

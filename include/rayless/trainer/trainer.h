@@ -90,6 +90,8 @@ class Trainer {
   torch::Tensor score(Drawn& drawn);
   void old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropies);
   Generation reload_generation(int64_t generation_step);
+  // fnv1a64 of this rank's stored file of a generation ("" when there is none)
+  std::string generation_file_hash(int64_t generation_step) const;
   torch::Tensor micro_batch_order(int64_t generation_step, int64_t rows) const;
   LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
@@ -144,6 +146,7 @@ class Trainer {
   int64_t micro_step_ = 0;               // completed micro-steps
   int64_t num_tokens_ = 0;               // prompt + completion tokens seen, all ranks (TRL's num_tokens)
   float step_loss_float32_ = 0.0f;       // this rank's loss summed over the step's micro-steps (transformers')
+  std::string expected_generation_hash_;  // set by a mid-cycle restore: the stored generation's file hash
   int64_t last_saved_micro_step_ = -1;
 
   // derived once

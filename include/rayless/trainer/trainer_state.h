@@ -36,6 +36,9 @@ struct RankState {
   int64_t rank = 0;
   bool has_accumulated_gradients = false;  // a checkpoint between optimizer steps keeps them
   float step_loss_float32 = 0.0f;          // the logged loss's running total within the step
+  // mid-cycle checkpoints: fnv1a64 of this rank's stored generation file, checked before it is
+  // read back on resume, so a damaged or replaced file is refused ("" = not recorded)
+  std::string generation_file_hash;
   nlohmann::json to_json(int64_t seed) const;
   static RankState from_json(const nlohmann::json& json);
 };
