@@ -82,7 +82,7 @@ def check_fixture(store):
     seen = set()
     for step, rank, g in step_groups(store):
         seen.add((step, rank))
-        assert g.attrs["schema_version"] == 1
+        assert g.attrs["schema_version"] == 2
         assert g.attrs["step"] == step and g.attrs["rank"] == rank
         assert g.attrs["world_size"] == 2 and g.attrs["num_generations"] == 4
         assert [str(n) for n in g.attrs["reward_names"]] == ["length", "worker"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds (tools/setup.sh), then runs ctest in
-# parallel. Extra arguments go to ctest (e.g. ./tools/test.sh -R grpo).
+# parallel, and the hardening checks (tools/sanitize.sh, tools/fuzz.sh). Extra arguments go to ctest
+# (e.g. ./tools/test.sh -R grpo) and skip the hardening checks.
 set -euo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root_dir"
@@ -46,5 +47,32 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && [ "${RAYLESS_SKIP_SLURM:-
   fi
 fi
 
-ctest --test-dir "$build_dir" -j "$(nproc)" --output-on-failure --timeout 600 "$@"
+# The hardening checks (docs/reliability.md): ASan + UBSan and the fuzz targets, in build-sanitize/
+# with clang. The suite below leaves most of the CPU idle (it waits on MPI jobs, Slurm and time
+# limits), so the sanitizer build runs beside it at nice 19; its tests and a short fuzzing run follow.
+# RAYLESS_SKIP_HARDENING=1 skips them (as does passing ctest arguments: a partial run).
+hardening_pid=""
+if [ "${RAYLESS_SKIP_HARDENING:-0}" != 1 ] && [ $# -eq 0 ]; then
+  nice -n 19 ./tools/sanitize.sh --build-only > "$build_dir/sanitize-build.log" 2>&1 &
+  hardening_pid=$!
+  echo "test: building build-sanitize/ beside the tests at nice 19 (log: $build_dir/sanitize-build.log)"
+fi
+
+ctest_rc=0
+ctest --test-dir "$build_dir" -j "$(nproc)" --output-on-failure --timeout 600 "$@" || ctest_rc=$?
+echo "test: ctest finished in $(( $(date +%s) - start )) s (exit $ctest_rc)"
+
+hardening_rc=0
+if [ -n "$hardening_pid" ]; then
+  if ! wait "$hardening_pid"; then
+    tail -30 "$build_dir/sanitize-build.log"
+    echo "test: the sanitizer build failed (above; missing clang is named there)" >&2
+    hardening_rc=1
+  else
+    ./tools/sanitize.sh --no-build || hardening_rc=$?
+    # every fuzz target briefly from its corpus (their corpus replays ran under the sanitizers above)
+    RAYLESS_FUZZ_NO_BUILD=1 ./tools/fuzz.sh all "${RAYLESS_CI_FUZZ_SECONDS:-20}" || hardening_rc=$?
+  fi
+fi
 echo "test: finished in $(( $(date +%s) - start )) s"
+[ "$ctest_rc" -eq 0 ] && [ "$hardening_rc" -eq 0 ]

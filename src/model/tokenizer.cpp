@@ -365,6 +365,12 @@ class BpeTokenizer : public Tokenizer {
       const std::string d = j["decoder"].value("type", "");
       inputCheck(d == "ByteLevel", where, ": unsupported decoder \"", d, "\" (supported: ByteLevel)");
     }
+    // last (the checks above say more about a broken file): every piece of text is mapped byte by byte
+    // to GPT-2's printable characters before the merges, so a vocabulary without one of the 256 would
+    // leave some text with no token (found by fuzzing: an error in the middle of a run, not at start)
+    for (int b = 0; b < 256; ++b)
+      inputCheck(vocab_.count(byte_map().byte_to_char[b]), where, ": model.vocab has no token for byte 0x", std::hex, b,
+                 std::dec, " (\"", byte_map().byte_to_char[b], "\"): a byte-level BPE vocabulary needs all 256");
   }
 
   // TemplateProcessing (alone or inside a Sequence, as Llama 3 has it beside ByteLevel): its "single"

@@ -52,7 +52,7 @@ PromptDataset load_prompt_dataset(const std::string& path, const std::string& pr
       row.fields = nlohmann::json::parse(text);
       problem = parse_prompt_row(row.fields, prompt_field, messages_field, row);
       if (problem.empty() && row.is_chat()) row.messages = nlohmann::ordered_json::parse(text)[messages_field];
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       std::string what = e.what();
       if (auto colon = what.find("parse error"); colon != std::string::npos) what = what.substr(colon);
       problem = "not valid JSON (" + what + ")";

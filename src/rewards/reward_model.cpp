@@ -21,7 +21,7 @@ RewardModel::RewardModel(std::string name, const fs::path& dir, const std::strin
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw InputError(str(config_path.string(), ": not valid JSON (", e.what(), ")"));
   }
   // transformers writes the label count as id2label (num_labels is derived from it)

@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "rayless/base/error.h"
@@ -79,6 +81,26 @@ std::string describe_status(int status) {
 }
 
 }  // namespace
+
+std::optional<std::vector<double>> parse_worker_answer(const std::string& line, size_t count, bool batched) {
+  nlohmann::json answer;
+  try {
+    answer = nlohmann::json::parse(nan_tokens_to_null(line));
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  std::vector<double> values(count);
+  bool ok = answer.is_object();
+  if (ok && !batched) {
+    ok = count == 1 && answer.contains("reward");
+    if (ok) values[0] = reward_value(answer["reward"], &ok);
+  } else if (ok) {
+    ok = answer.contains("rewards") && answer["rewards"].is_array() && answer["rewards"].size() == count;
+    for (size_t i = 0; ok && i < count; ++i) values[i] = reward_value(answer["rewards"][i], &ok);
+  }
+  if (!ok) return std::nullopt;
+  return values;
+}
 
 RewardWorker::RewardWorker(std::string command, double timeout_s, int64_t batch_size, int rank, std::string name)
     : name_(std::move(name)), command_(std::move(command)), timeout_s_(timeout_s), batch_size_(batch_size) {
@@ -240,15 +262,9 @@ std::vector<double> RewardWorker::score(const std::vector<std::string>& prompts,
     for (size_t i = 0; i < n; ++i) lines[i] = dump(requests[i]) + "\n";
     const std::vector<std::string> answers = exchange(lines);
     for (size_t i = 0; i < n; ++i) {
-      nlohmann::json answer;
-      try {
-        answer = nlohmann::json::parse(nan_tokens_to_null(answers[i]));
-      } catch (const nlohmann::json::exception&) {
-        throw garbage(i, answers[i], "one JSON object {\"reward\": number|null}");
-      }
-      bool ok = answer.is_object() && answer.contains("reward");
-      if (ok) out[i] = reward_value(answer["reward"], &ok);
-      if (!ok) throw garbage(i, answers[i], "{\"reward\": number|null}");
+      const auto values = parse_worker_answer(answers[i], 1, /*batched=*/false);
+      if (!values) throw garbage(i, answers[i], "one JSON object {\"reward\": number|null}");
+      out[i] = (*values)[0];
     }
     return out;
   }
@@ -264,16 +280,9 @@ std::vector<double> RewardWorker::score(const std::vector<std::string>& prompts,
   const std::vector<std::string> answers = exchange(lines);
   for (size_t b = 0; b < lines.size(); ++b) {
     const size_t start = starts[b], count = std::min(n, start + static_cast<size_t>(batch_size_)) - start;
-    nlohmann::json answer;
-    try {
-      answer = nlohmann::json::parse(nan_tokens_to_null(answers[b]));
-    } catch (const nlohmann::json::exception&) {
-      throw garbage(b, answers[b], str("one JSON object {\"rewards\": [", count, " numbers|null]}"));
-    }
-    bool ok = answer.is_object() && answer.contains("rewards") && answer["rewards"].is_array() &&
-              answer["rewards"].size() == count;
-    for (size_t i = 0; ok && i < count; ++i) out[start + i] = reward_value(answer["rewards"][i], &ok);
-    if (!ok) throw garbage(b, answers[b], str("{\"rewards\": [", count, " numbers|null]}"));
+    const auto values = parse_worker_answer(answers[b], count, /*batched=*/true);
+    if (!values) throw garbage(b, answers[b], str("one JSON object {\"rewards\": [", count, " numbers|null]}"));
+    std::copy(values->begin(), values->end(), out.begin() + static_cast<std::ptrdiff_t>(start));
   }
   return out;
 }

@@ -38,7 +38,7 @@ ReplaySource::ReplaySource(const std::string& path) : path_(path) {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {
       throw InputError(str(where, ": not valid JSON"));
     }
     inputCheck(j.is_object(), where, ": expected a JSON object");

@@ -9,10 +9,15 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <regex>
 #include <set>
 
 #include "rayless/base/error.h"
+#include "rayless/base/hash.h"
 #include "rayless/base/files.h"
 
 namespace fs = std::filesystem;
@@ -181,17 +186,71 @@ void write_attr(hid_t object, const std::string& name, const std::vector<double>
   write_attr_raw(object, name, H5T_NATIVE_DOUBLE, space, values.data());
 }
 
-Handle create_file(const fs::path& path) {
+// ---- the checksum block -------------------------------------------------------------------------
+// Every store file begins with a 512-byte HDF5 user block (HDF5 and h5py skip it) that rayless fills
+// after the file is closed: "rayless-store 1 fnv1a64 <16 hex digits> <bytes after the block>\n".
+// Readers check it before HDF5 sees a byte of the file: libhdf5 is not safe on damaged files (a
+// fuzzed step file crashed it inside H5Aiterate2), so a file that changed after rayless wrote it,
+// or that rayless did not write, is refused with an InputError instead.
+constexpr hsize_t kChecksumBlockBytes = 512;
+constexpr const char* kChecksumMagic = "rayless-store 1 fnv1a64 ";
+
+std::string file_bytes_after_block(const fs::path& path, std::ifstream& in) {
+  in.seekg(static_cast<std::streamoff>(kChecksumBlockBytes));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_checksum_block(const fs::path& path) {
+  std::string rest;
+  {
+    std::ifstream in(path, std::ios::binary);
+    runtimeCheck(in.good(), "rollout store: cannot reopen ", path.string());
+    rest = file_bytes_after_block(path, in);
+  }
+  std::string block = str(kChecksumMagic, hex64(fnv1a64(rest.data(), rest.size())), " ", rest.size(), "\n");
+  block.resize(kChecksumBlockBytes, '\0');
   errno = 0;
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+  out.write(block.data(), static_cast<std::streamsize>(block.size()));
+  out.flush();
+  ioCheck(out.good(), "cannot write ", path.string());
+}
+
+void check_checksum_block(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  inputCheck(in.good(), path, ": cannot open");
+  std::string block(kChecksumBlockBytes, '\0');
+  in.read(block.data(), static_cast<std::streamsize>(block.size()));
+  const std::string magic = kChecksumMagic;
+  inputCheck(in.gcount() == static_cast<std::streamsize>(block.size()) && block.compare(0, magic.size(), magic) == 0,
+             path, ": not a rayless rollout file, or written by rayless before its checksum block (schema ",
+             kRolloutSchemaVersion, "): refused unchecked");
+  std::istringstream fields(block.substr(magic.size(), block.find('\n') - magic.size()));
+  std::string hash;
+  uint64_t size = 0;
+  inputCheck(static_cast<bool>(fields >> hash >> size), path, ": damaged checksum block");
+  const std::string rest = file_bytes_after_block(path, in);
+  inputCheck(rest.size() == size, path, ": ", rest.size() + kChecksumBlockBytes, " bytes, but rayless wrote ",
+             size + kChecksumBlockBytes, " (truncated or appended to)");
+  inputCheck(hex64(fnv1a64(rest.data(), rest.size())) == hash, path,
+             ": damaged (its checksum does not match: changed after rayless wrote it)");
+}
+
+Handle create_file(const fs::path& path) {
+  Handle create(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  check_h5(H5Pset_userblock(create, kChecksumBlockBytes), "H5Pset_userblock");
+  errno = 0;
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, create, H5P_DEFAULT), H5Fclose);
   ioCheck(file.valid(), "HDF5: cannot create ", path.string());
   return file;
 }
 
+// Flushes, closes and fills in the checksum block (every writer, creating or editing, ends here).
 void close_file(Handle& file, const fs::path& path) {
   errno = 0;
   ioCheck(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0, "HDF5: cannot flush ", path.string());
   ioCheck(H5Fclose(file.release()) >= 0, "HDF5: cannot close ", path.string());
+  write_checksum_block(path);
 }
 
 // Steps with a complete step file in dir/rank-RRRRR/ (temporaries never match the pattern).
@@ -274,6 +333,7 @@ Handle open_file(const std::string& path, unsigned flags = H5F_ACC_RDONLY) {
   std::error_code error;
   inputCheck(fs::exists(path, error), path, ": no such rollout file");
   inputCheck(fs::is_regular_file(path, error), path, ": not a file");
+  check_checksum_block(path);
   inputCheck(H5Fis_hdf5(path.c_str()) > 0, path, ": not an HDF5 file (corrupt or truncated?)");
   Handle file(H5Fopen(path.c_str(), flags, H5P_DEFAULT), H5Fclose);
   inputCheck(file.valid(), path, ": cannot open as HDF5 (corrupt or truncated?)");
@@ -305,6 +365,17 @@ torch::Tensor read_tensor(hid_t group, const std::string& name, const std::strin
   } else {
     throw InputError(str(where, ": dataset ", name, " is neither integer nor float"));
   }
+  // the shape comes from the file: check it could be stored there before allocating (deflate expands
+  // at most ~1032 to 1; a damaged file may claim 2^60 elements)
+  uint64_t elements = 1;
+  for (hsize_t d : dims) {
+    inputCheck(d == 0 || elements <= (uint64_t(1) << 40) / d, where, ": dataset ", name, " claims an impossible shape");
+    elements *= d;
+  }
+  const uint64_t element_bytes = scalar == torch::kBool ? 1 : scalar == torch::kFloat32 ? 4 : 8;
+  const uint64_t stored = H5Dget_storage_size(dataset);
+  inputCheck(elements * element_bytes <= 1100 * stored + (1u << 20), where, ": dataset ", name, " claims ", elements,
+             " elements but stores ", stored, " bytes (corrupt file?)");
   std::vector<int64_t> shape(dims.begin(), dims.end());
   torch::Tensor out = torch::empty(shape, scalar == torch::kBool ? torch::kUInt8 : scalar);
   if (out.numel() > 0)
@@ -313,10 +384,22 @@ torch::Tensor read_tensor(hid_t group, const std::string& name, const std::strin
   return scalar == torch::kBool ? out.to(torch::kBool) : out;
 }
 
+// rayless writes attributes of a few values; a damaged file may claim any size, refused before
+// anything is allocated for it
+constexpr hssize_t kMaxAttributeValues = 1 << 16;
+constexpr size_t kMaxAttributeBytes = 64u << 20;
+
+hssize_t attribute_values(hid_t space, const std::string& where, const std::string& name) {
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  inputCheck(n >= 0 && n <= kMaxAttributeValues, where, ": attribute ", name, " claims ", n,
+             " values (corrupt file?)");
+  return n;
+}
+
 std::vector<std::string> read_string_attr(hid_t attr, const std::string& where, const std::string& name) {
   Handle type(H5Aget_type(attr), H5Tclose);
   Handle space(H5Aget_space(attr), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  const hssize_t n = attribute_values(space, where, name);
   std::vector<std::string> out;
   if (H5Tis_variable_str(type) > 0) {
     Handle memory = utf8_string_type();
@@ -328,6 +411,8 @@ std::vector<std::string> read_string_attr(hid_t attr, const std::string& where, 
     }
   } else {
     const size_t size = H5Tget_size(type);
+    inputCheck(size > 0 && size <= kMaxAttributeBytes / static_cast<size_t>(std::max<hssize_t>(n, 1)), where,
+               ": attribute ", name, " claims ", n, " strings of ", size, " bytes (corrupt file?)");
     std::vector<char> buffer(size * static_cast<size_t>(std::max<hssize_t>(n, 0)) + 1, '\0');
     if (n > 0) {
       inputCheck(H5Aread(attr, type, buffer.data()) >= 0, where, ": cannot read attribute ", name);
@@ -342,7 +427,7 @@ std::vector<std::string> read_string_attr(hid_t attr, const std::string& where, 
 
 std::vector<double> read_number_attr(hid_t attr, const std::string& where, const std::string& name) {
   Handle space(H5Aget_space(attr), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  const hssize_t n = attribute_values(space, where, name);
   std::vector<double> out(static_cast<size_t>(std::max<hssize_t>(n, 0)));
   if (n > 0) inputCheck(H5Aread(attr, H5T_NATIVE_DOUBLE, out.data()) >= 0, where, ": cannot read attribute ", name);
   return out;
@@ -350,15 +435,30 @@ std::vector<double> read_number_attr(hid_t attr, const std::string& where, const
 
 struct AttrReader {
   std::string where;
-  RolloutAttrs* attrs;
+  RolloutAttrs* attrs = nullptr;
   int64_t step = -1, rank = -1, schema = -1;
+  std::exception_ptr error;  // thrown while visiting: carried past HDF5's C frames, rethrown after
 };
 
+void visit_attr_or_throw(hid_t object, const char* name_c, AttrReader* reader);
+
+// H5Aiterate2's callback: C code calls it, so no exception may leave it (one that did would skip
+// HDF5's own cleanup: found by fuzzing as leaks inside libhdf5)
 herr_t visit_attr(hid_t object, const char* name_c, const H5A_info_t*, void* data) {
   auto* reader = static_cast<AttrReader*>(data);
+  try {
+    visit_attr_or_throw(object, name_c, reader);
+    return 0;
+  } catch (...) {
+    reader->error = std::current_exception();
+    return -1;
+  }
+}
+
+void visit_attr_or_throw(hid_t object, const char* name_c, AttrReader* reader) {
   const std::string name = name_c;
   Handle attr(H5Aopen(object, name_c, H5P_DEFAULT), H5Aclose);
-  if (!attr.valid()) return 0;
+  if (!attr.valid()) return;
   Handle type(H5Aget_type(attr), H5Tclose);
   const H5T_class_t type_class = H5Tget_class(type);
   RolloutAttrs& a = *reader->attrs;
@@ -381,15 +481,17 @@ herr_t visit_attr(hid_t object, const char* name_c, const H5A_info_t*, void* dat
     else if (name == "schema_version") reader->schema = static_cast<int64_t>(first);
     else a.numbers[name] = first;
   }
-  return 0;
 }
 
 Rollouts read_group(hid_t group, const std::string& where, RolloutAttrs* attrs_out) {
   RolloutAttrs attrs;
-  AttrReader reader{where, &attrs};
+  AttrReader reader;
+  reader.where = where;
+  reader.attrs = &attrs;
   hsize_t index = 0;
-  inputCheck(H5Aiterate2(group, H5_INDEX_NAME, H5_ITER_NATIVE, &index, visit_attr, &reader) >= 0, where,
-             ": cannot read attributes");
+  const herr_t visited = H5Aiterate2(group, H5_INDEX_NAME, H5_ITER_NATIVE, &index, visit_attr, &reader);
+  if (reader.error) std::rethrow_exception(reader.error);
+  inputCheck(visited >= 0, where, ": cannot read attributes");
   inputCheck(reader.schema >= 1, where, ": no schema_version attribute (not a rayless rollout group)");
   inputCheck(reader.schema <= kRolloutSchemaVersion, where, ": schema_version ", reader.schema,
              " is newer than this rayless reads (", kRolloutSchemaVersion, ")");
@@ -570,6 +672,7 @@ void set_rollout_attribute(const std::string& dir, int64_t step, int64_t rank, c
   quiet_hdf5();
   const fs::path path = step_file_path(dir, rank, step);
   inputCheck(fs::exists(path), path.string(), ": no such rollout file (step ", step, " rank ", rank, ")");
+  check_checksum_block(path.string());
   write_file_atomically(path, [&](const fs::path& tmp) {
     fs::copy_file(path, tmp, fs::copy_options::overwrite_existing);
     Handle file(H5Fopen(tmp.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
@@ -617,7 +720,7 @@ bool rank_has_step(const fs::path& dir, int64_t rank, const std::string& step_na
     std::set<std::string> names;
     const fs::path rank_path = dir / rank_file_name(rank);
     if (fs::exists(rank_path)) {
-      Handle rank_file(H5Fopen(rank_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      Handle rank_file = open_file(rank_path.string());
       if (rank_file.valid())
         for (const std::string& n : link_names(rank_file)) {
           int64_t step = 0;
@@ -653,7 +756,9 @@ void list_file(const std::string& path, std::vector<RolloutEntry>& out) {
         int64_t rank = 0;
         if (!parse_numbered(child, "rank_", 5, &rank)) continue;
         if (!rank_has_step(fs::path(path).parent_path(), rank, name, rank_steps)) continue;
-        out.push_back({step, rank, path, "/" + name + "/" + child});
+        // the step file itself, checked when it is opened, rather than HDF5 following the index's
+        // link into a file it has not seen checked
+        out.push_back({step, rank, step_file_path(fs::path(path).parent_path().string(), rank, step), "/" + name});
       }
     } else {
       int64_t rank = file_rank;
@@ -665,7 +770,11 @@ void list_file(const std::string& path, std::vector<RolloutEntry>& out) {
           H5Aread(attr, H5T_NATIVE_INT64, &rank);
         }
       }
-      out.push_back({step, rank, path, "/" + name});
+      const std::string step_file = step_file_path(fs::path(path).parent_path().string(), rank, step);
+      if (file_rank >= 0 && fs::exists(step_file))
+        out.push_back({step, rank, step_file, "/" + name});  // a rank file's link, resolved (as above)
+      else
+        out.push_back({step, rank, path, "/" + name});
     }
   }
   inputCheck(groups > 0 || H5Aexists(file, "schema_version") > 0, path,

@@ -96,4 +96,10 @@ TEST_CASE("corrupt tokenizer.json is an InputError naming the file") {
   expect_error("normalizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "normalizer": {"type": "Lowercase"}})",
                "Lowercase");
   CHECK_THROWS_AS(load_tokenizer((dir / "missing.json").string()), InputError);
+  // a byte-level vocabulary without one of the 256 byte symbols: refused at load, not when some text
+  // first needs it (fuzz regression tests/data/fuzz/regressions/tokenizer/)
+  nlohmann::json tiny = nlohmann::json::parse(read_text_file(RAYLESS_SOURCE_DIR "/configs/models/tiny/tokenizer.json"));
+  tiny["model"]["vocab"].erase("H");
+  tiny["model"]["merges"] = nlohmann::json::array();
+  expect_error("no-H.json", tiny.dump(), "model.vocab has no token for byte 0x48 (\"H\")");
 }

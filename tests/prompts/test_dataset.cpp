@@ -54,6 +54,7 @@ TEST_CASE("dataset: a bad line names file and line") {
       {"{\"messages\": [{\"content\": \"hi\"}]}", "item 0"},
       {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "item 0"},
       {"{\"messages\": []}", "non-empty list"},
+      {"{\"prompt\": \"ok\", \"score\": 3e333333333}", "number overflow"},  // fuzz regression: was exit 1 naming no line
   };
   for (const auto& [line, why] : cases) {
     const std::string path = write_temp_file("bad.jsonl", good + good + line + "\n" + good);

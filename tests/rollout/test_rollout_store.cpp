@@ -7,6 +7,7 @@
 #include <hdf5.h>
 
 #include "rayless/base/error.h"
+#include "rayless/base/files.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rollout_test_util.h"
 
@@ -157,9 +158,11 @@ TEST_CASE("store: the index links every rank's step") {
   const std::vector<RolloutEntry> from_index = list_rollouts(dir + "/index.h5");
   REQUIRE(from_index.size() == 6);
   for (const RolloutEntry& e : from_index) {
-    CHECK(e.file == dir + "/index.h5");
-    CHECK(e.group == "/" + step_group_name(e.step) + "/rank_0000" + std::to_string(e.rank));
-    const Rollouts r = read_rollout_entry(e);  // through two external links
+    // the index names the ranks' steps; the entry is the step file itself, whose checksum block is
+    // checked when it is read (HDF5 is never left to follow a link into an unchecked file)
+    CHECK(e.file == step_file_path(dir, e.rank, e.step));
+    CHECK(e.group == "/" + step_group_name(e.step));
+    const Rollouts r = read_rollout_entry(e);
     for (const Rollouts& w : written)
       if (w.step == e.step && w.rank == e.rank) check_same(w, r);
   }
@@ -235,7 +238,26 @@ TEST_CASE("store: the entropy threshold can be added later") {
 TEST_CASE("store: missing and corrupt files are one-line input errors") {
   CHECK_THROWS_AS(list_rollouts("/nonexistent/rollouts"), InputError);
   const std::string text = write_temp_file("not-hdf5.h5", "this is not HDF5\n");
-  CHECK_THROWS_WITH(list_rollouts(text), Catch::Contains("not an HDF5 file"));
+  CHECK_THROWS_WITH(list_rollouts(text), Catch::Contains("not a rayless rollout file"));
+  {
+    // a byte changed anywhere after the checksum block, or the file cut short: refused before HDF5
+    // reads it
+    const std::string sealed_dir = fresh_dir("sealed");
+    write_rollouts(sealed_dir, make_rollouts(1, 0), make_attrs());
+    const fs::path file = step_file_path(sealed_dir, 0, 1);
+    CHECK(read_rollouts(sealed_dir, 1, 0, "", "").size() == 12);
+    std::string bytes = read_text_file(file);
+    REQUIRE(bytes.rfind("rayless-store 1 fnv1a64 ", 0) == 0);
+    REQUIRE(bytes.compare(512, 8, "\x89HDF\r\n\x1a\n") == 0);  // HDF5's signature right after the block
+    bytes[bytes.size() - 100] ^= 0x01;
+    { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; }
+    CHECK_THROWS_WITH(read_rollouts(sealed_dir, 1, 0, "", ""), Catch::Contains(file.string() + ": damaged (its checksum"));
+    const auto entries = list_rollouts(sealed_dir);  // lists from the index and rank file, both whole
+    REQUIRE(entries.size() == 1);
+    CHECK_THROWS_WITH(read_rollout_entry(entries[0]), Catch::Contains(file.string() + ": damaged"));
+    fs::resize_file(file, bytes.size() - 1000);
+    CHECK_THROWS_WITH(read_rollouts(sealed_dir, 1, 0, "", ""), Catch::Contains("truncated or appended to"));
+  }
   const std::string dir = fresh_dir("corrupt");
   write_rollouts(dir, make_rollouts(1, 0), make_attrs());
   const fs::path step_file = step_file_path(dir, 0, 1);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,11 @@ class RewardSet {
   std::vector<std::string> names_;
   std::vector<double> weights_;
 };
+
+// One answer line of the worker protocol (docs/rewards.md): {"reward": x} for one request (batched =
+// false, count = 1) or {"rewards": [count values]} for a batch; null, NaN and "NaN" give NaN. None
+// when the line is not such an answer (the caller names the worker and the request).
+std::optional<std::vector<double>> parse_worker_answer(const std::string& line, size_t count, bool batched);
 
 // A reward worker: a long-running process started with /bin/sh -c COMMAND that reads one JSON
 // request per line on stdin and answers one JSON line per request on stdout (protocol in

@@ -16,7 +16,8 @@
 
 namespace rayless {
 
-constexpr int64_t kRolloutSchemaVersion = 1;
+// 2: every file starts with a checksum block (a 512-byte HDF5 user block) that readers check first
+constexpr int64_t kRolloutSchemaVersion = 2;
 
 // One rank's rollouts of one generation step. N completions, T = total completion tokens.
 struct Rollouts {
@@ -80,7 +81,7 @@ void set_rollout_attribute(const std::string& dir, int64_t step, int64_t rank, c
 struct RolloutEntry {
   int64_t step = 0;
   int64_t rank = 0;
-  std::string file;   // the HDF5 file opened (links are followed inside it)
+  std::string file;   // the HDF5 file to open: the step file itself when it exists (never read via a link)
   std::string group;  // path of the step group inside `file`
 };
 std::vector<RolloutEntry> list_rollouts(const std::string& path);  // sorted by step, then rank

@@ -1,0 +1,30 @@
+# Fuzz targets (issue 17 §2; docs/reliability.md): one per reader of outside bytes, in targets/.
+# With RAYLESS_FUZZ (clang; tools/fuzz.sh runs them) each links libFuzzer; otherwise each links
+# driver/replay_main.cpp. Either way ctest runs the committed seed corpus and every regression input of
+# tests/data/fuzz/ through it once: each must parse or be refused with an InputError.
+file(GLOB _fuzz_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/targets/*.cpp)
+set(_fuzz_data ${CMAKE_SOURCE_DIR}/tests/data/fuzz)
+foreach(_source ${_fuzz_sources})
+  get_filename_component(_target ${_source} NAME_WE)
+  if(RAYLESS_FUZZ)
+    add_executable(fuzz-${_target} ${_source})
+    target_link_options(fuzz-${_target} PRIVATE -fsanitize=fuzzer)
+  else()
+    add_executable(fuzz-${_target} ${_source} ${CMAKE_CURRENT_LIST_DIR}/driver/replay_main.cpp)
+  endif()
+  target_link_libraries(fuzz-${_target} PRIVATE rayless_core)
+  target_include_directories(fuzz-${_target} PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+  target_precompile_headers(fuzz-${_target} REUSE_FROM rayless_base)
+  set(_inputs ${_fuzz_data}/corpus/${_target})
+  if(EXISTS ${_fuzz_data}/regressions/${_target})
+    list(APPEND _inputs ${_fuzz_data}/regressions/${_target})
+  endif()
+  if(RAYLESS_FUZZ)
+    # -runs=0: execute the given inputs once, fuzz nothing (and write nothing into the corpus)
+    add_test(NAME fuzz-replay-${_target}
+             COMMAND fuzz-${_target} -runs=0 -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz-replay-${_target}- ${_inputs})
+  else()
+    add_test(NAME fuzz-replay-${_target} COMMAND fuzz-${_target} ${_inputs})
+  endif()
+  set_tests_properties(fuzz-replay-${_target} PROPERTIES TIMEOUT 300 LABELS fuzz)
+endforeach()
