@@ -5,6 +5,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -18,23 +19,31 @@ struct Captured {
   std::string message;
   std::atomic<int> calls{0};
 };
-}  // namespace
 
-TEST_CASE("a collective past its deadline reports name, step and rank") {
+// Replaces the stall handler: what it reports lands in the returned object instead of ending the test.
+std::shared_ptr<Captured> capture_stalls(Watchdog& watchdog) {
   auto captured = std::make_shared<Captured>();
-  Watchdog& watchdog = Watchdog::instance();
   watchdog.set_stall_handler([captured](const std::string& message) {
     std::lock_guard<std::mutex> lock(captured->mutex);
     captured->message = message;
     ++captured->calls;
   });
+  return captured;
+}
+
+// Holds a collective open until the watchdog reports it: the tests check what, not how fast.
+void stall_in(const char* collective, const Captured& captured) {
+  CollectiveGuard guard(collective);
+  for (int i = 0; i < 2000 && captured.calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+}  // namespace
+
+TEST_CASE("a collective past its deadline reports name, step and rank") {
+  Watchdog& watchdog = Watchdog::instance();
+  auto captured = capture_stalls(watchdog);
   watchdog.start(0.05, 3);
   set_watchdog_step(17);
-  {
-    CollectiveGuard guard("allreduce");
-    // wait for the report rather than for a time: the test checks what, not how fast
-    for (int i = 0; i < 2000 && captured->calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  stall_in("allreduce", *captured);
   watchdog.stop();
   watchdog.reset_stall_handler();
   REQUIRE(captured->calls == 1);  // reported once, not once per poll
@@ -62,20 +71,12 @@ TEST_CASE("a stall names the ranks that never wrote a heartbeat, not those that 
   std::filesystem::create_directories(dir);
   { std::ofstream(dir / "rank-00000") << "999999 99 0 old-attempt\n"; }
   { std::ofstream(dir / "rank-00002") << "1000000 5 " << std::time(nullptr) << " node2\n"; }
-  auto captured = std::make_shared<Captured>();
   Watchdog& watchdog = Watchdog::instance();
-  watchdog.set_stall_handler([captured](const std::string& message) {
-    std::lock_guard<std::mutex> lock(captured->mutex);
-    captured->message = message;
-    ++captured->calls;
-  });
+  auto captured = capture_stalls(watchdog);
   watchdog.start(0.05, 0);
   watchdog.set_heartbeat_dir(dir.string(), 3);
   CHECK((!std::filesystem::exists(dir / "rank-00000") || std::ifstream(dir / "rank-00000").peek() != '9'));
-  {
-    CollectiveGuard guard("allreduce");
-    for (int i = 0; i < 2000 && captured->calls == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  stall_in("allreduce", *captured);
   watchdog.stop();
   watchdog.set_heartbeat_dir("", 0);
   watchdog.reset_stall_handler();
