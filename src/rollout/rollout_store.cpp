@@ -195,7 +195,7 @@ void write_attr(hid_t object, const std::string& name, const std::vector<double>
 constexpr hsize_t kChecksumBlockBytes = 512;
 constexpr const char* kChecksumMagic = "rayless-store 1 fnv1a64 ";
 
-std::string file_bytes_after_block(const fs::path& path, std::ifstream& in) {
+std::string file_bytes_after_block(std::ifstream& in) {
   in.seekg(static_cast<std::streamoff>(kChecksumBlockBytes));
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
@@ -205,7 +205,7 @@ void write_checksum_block(const fs::path& path) {
   {
     std::ifstream in(path, std::ios::binary);
     runtimeCheck(in.good(), "rollout store: cannot reopen ", path.string());
-    rest = file_bytes_after_block(path, in);
+    rest = file_bytes_after_block(in);
   }
   std::string block = str(kChecksumMagic, hex64(fnv1a64(rest.data(), rest.size())), " ", rest.size(), "\n");
   block.resize(kChecksumBlockBytes, '\0');
@@ -229,7 +229,7 @@ void check_checksum_block(const std::string& path) {
   std::string hash;
   uint64_t size = 0;
   inputCheck(static_cast<bool>(fields >> hash >> size), path, ": damaged checksum block");
-  const std::string rest = file_bytes_after_block(path, in);
+  const std::string rest = file_bytes_after_block(in);
   inputCheck(rest.size() == size, path, ": ", rest.size() + kChecksumBlockBytes, " bytes, but rayless wrote ",
              size + kChecksumBlockBytes, " (truncated or appended to)");
   inputCheck(hex64(fnv1a64(rest.data(), rest.size())) == hash, path,
@@ -636,6 +636,14 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
   if (r.rank == 0) write_index_file(dir, attrs.world_size, r.step);
 }
 
+namespace {
+Rollouts read_step_group(hid_t file, const std::string& group_path, const std::string& where, RolloutAttrs* attrs) {
+  Handle group(H5Gopen2(file, group_path.c_str(), H5P_DEFAULT), H5Gclose);
+  inputCheck(group.valid(), where, ": cannot open (missing group, or a link to a missing or corrupt file)");
+  return read_group(group, where, attrs);
+}
+}  // namespace
+
 Rollouts read_rollouts(const std::string& dir, int64_t step, int64_t rank, const std::string& expected_config_hash,
                        const std::string& expected_tokenizer_hash, RolloutAttrs* attrs_out) {
   // the step file itself when it is there, so that an error names the file that is damaged; the rank
@@ -643,15 +651,13 @@ Rollouts read_rollouts(const std::string& dir, int64_t step, int64_t rank, const
   const std::string step_file = step_file_path(dir, rank, step);
   std::error_code error;
   const std::string path = fs::exists(step_file, error) ? step_file : (fs::path(dir) / rank_file_name(rank)).string();
-  RolloutEntry entry{step, rank, path, "/" + step_group_name(step)};
-  {
-    Handle file = open_file(path);
-    inputCheck(has_link(file, step_group_name(step)), path, ": no ", step_group_name(step), " (step ", step,
-               " was not stored)");
-  }
+  // opened (and its checksum read) once
+  Handle file = open_file(path);
+  inputCheck(has_link(file, step_group_name(step)), path, ": no ", step_group_name(step), " (step ", step,
+             " was not stored)");
+  const std::string where = str(path, ":/", step_group_name(step));
   RolloutAttrs attrs;
-  Rollouts r = read_rollout_entry(entry, &attrs);
-  const std::string where = str(path, ":", entry.group);
+  Rollouts r = read_step_group(file, "/" + step_group_name(step), where, &attrs);
   check_hash("config_hash", attrs.config_hash, expected_config_hash, where);
   check_hash("tokenizer_hash", attrs.tokenizer_hash, expected_tokenizer_hash, where);
   inputCheck(r.step == step && r.rank == rank, where, ": holds step ", r.step, " rank ", r.rank, ", expected step ",
@@ -662,10 +668,7 @@ Rollouts read_rollouts(const std::string& dir, int64_t step, int64_t rank, const
 
 Rollouts read_rollout_entry(const RolloutEntry& entry, RolloutAttrs* attrs) {
   Handle file = open_file(entry.file);
-  const std::string where = str(entry.file, ":", entry.group);
-  Handle group(H5Gopen2(file, entry.group.c_str(), H5P_DEFAULT), H5Gclose);
-  inputCheck(group.valid(), where, ": cannot open (missing group, or a link to a missing or corrupt file)");
-  return read_group(group, where, attrs);
+  return read_step_group(file, entry.group, str(entry.file, ":", entry.group), attrs);
 }
 
 void set_rollout_attribute(const std::string& dir, int64_t step, int64_t rank, const std::string& name, double value) {
