@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv-tools/ with TensorBoard, which tests/trainer/tensorboard_reader.py uses to check that
-# rayless's event files load in TensorBoard itself. Idempotent. Always exits 0: without network the
+# rayless's event files load in TensorBoard itself, and PEFT (with torch and transformers, pinned to the
+# versions tests/data/lora-golden was made with), which tests/trainer/lora_peft_roundtrip.py uses to
+# load rayless's LoRA adapters in PEFT. Idempotent. Always exits 0: without network the
 # install fails, and the tests that need it then skip (exit 77) rather than fail.
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,12 +23,20 @@ fi
 
 if "$venv/bin/python" -c 'import tensorboard' 2>/dev/null; then
   say "tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)') already installed"
-  exit 0
-fi
-
-if "$venv/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard; then
+elif "$venv/bin/python" -m pip install --quiet --disable-pip-version-check tensorboard; then
   say "installed tensorboard $("$venv/bin/python" -c 'import tensorboard; print(tensorboard.__version__)')"
 else
   warn "pip install tensorboard failed; TensorBoard tests will skip"
+fi
+
+# torch first and pinned, so PEFT's requirement does not pull another build
+peft_check='import peft, transformers, torch; print("peft", peft.__version__, "transformers", transformers.__version__, "torch", torch.__version__)'
+if "$venv/bin/python" -c "$peft_check" 2>/dev/null; then
+  say "$("$venv/bin/python" -c "$peft_check") already installed"
+elif "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.13.0" &&
+     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "transformers==5.24.0" "peft==0.21.2"; then
+  say "installed $("$venv/bin/python" -c "$peft_check")"
+else
+  warn "pip install peft failed; the PEFT round-trip test will skip"
 fi
 exit 0

@@ -420,6 +420,14 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("distributed.collective_timeout_s", REF(distributed.collective_timeout_s), 0.001, kInf, "a collective taking longer aborts the job with what stalled"));
   f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = cores on the node / ranks on the node)"));
   f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 0, kNoMax, "gradient allreduce bucket size in MiB (0: 4 on MPI, 25 on NCCL)"));
+  f.push_back(int_field("distributed.zero_stage", REF(distributed.zero_stage), 0, 2, "ZeRO: 0 = every rank holds all gradients and AdamW state; 1 = AdamW moments sharded across ranks; 2 = gradients sharded too (stage 3, sharded parameters, is not implemented)"));
+  // [lora]
+  f.push_back(bool_field("lora.enabled", REF(lora.enabled), "train LoRA adapters instead of the whole model (PEFT's LoraConfig; the base stays frozen, the reference model for beta > 0 is the base with adapters off)"));
+  f.push_back(int_field("lora.r", REF(lora.r), 1, kNoMax, "adapter rank (PEFT: r)"));
+  f.push_back(float_field("lora.alpha", REF(lora.alpha), 0.0, kInf, "scaling numerator (PEFT: lora_alpha): scaling = alpha / r"));
+  f.push_back(float_field("lora.dropout", REF(lora.dropout), 0.0, 0.999, "dropout on the adapter's input in training passes (PEFT: lora_dropout)"));
+  f.push_back(string_list_field("lora.target_modules", REF(lora.target_modules), "linear layers that get adapters: names such as q_proj (a module whose name is it or ends with .NAME), or \"all-linear\" (every linear layer but the output head)"));
+  f.push_back(bool_field("lora.use_rslora", REF(lora.use_rslora), "rank-stabilised scaling alpha / sqrt(r) (PEFT: use_rslora)"));
 }
 
 std::vector<ConfigField> build_fields() {
@@ -733,6 +741,18 @@ std::vector<CrossFieldRule> other_rules() {
        [](const Config& c, int64_t) -> std::string {
          if (!c.grpo.sync_ref_model || c.grpo.beta > 0) return "";
          return "grpo.sync_ref_model = true needs a reference model: set grpo.beta > 0";
+       }},
+      {"`lora.enabled` excludes `grpo.sync_ref_model` (a LoRA run's reference is the base with adapters off)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (!c.lora.enabled || !c.grpo.sync_ref_model) return "";
+         return "grpo.sync_ref_model = true cannot be used with lora.enabled = true: the reference is the base model "
+                "with the adapters off, there is no second copy to mix the policy into";
+       }},
+      {"`lora.dropout > 0` excludes `train.gradient_checkpointing` (recomputation would draw new dropout masks)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (!c.lora.enabled || c.lora.dropout == 0 || !c.train.gradient_checkpointing) return "";
+         return str("lora.dropout = ", c.lora.dropout, " cannot be used with train.gradient_checkpointing = true: the "
+                    "recomputed layers would draw new dropout masks; set one of them off");
        }},
       {"`model.dtype = \"float16\"` only on a GPU: refused with `model.device = \"cpu\"` here, and at start when `auto` finds no CUDA device", false,
        [](const Config& c, int64_t) -> std::string {

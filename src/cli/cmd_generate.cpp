@@ -8,6 +8,7 @@
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/model/hf_checkpoint.h"
+#include "rayless/model/lora.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/sampler/sampler.h"
@@ -42,12 +43,13 @@ GenerationConfig generation_from_flags(int64_t max_new_tokens, const std::string
 
 int generate(const Args& args) {
   po::options_description options("rayless generate");
-  std::string model_dir, prompt, dtype_name, device_name;
+  std::string model_dir, adapter_dir, prompt, dtype_name, device_name;
   TokenizerConfig tokenizer_config;
   int64_t max_new_tokens = 32, seed = 0;
   std::string temperature, top_k, top_p, min_p, repetition_penalty;  // checked by the config's table
   options.add_options()
       ("model", po::value(&model_dir)->default_value("configs/models/tiny"), "HF model directory")
+      ("adapter", po::value(&adapter_dir)->default_value(""), "a LoRA adapter directory (PEFT's files, or a LoRA run's checkpoint) to apply to --model")
       ("tokenizer", po::value(&tokenizer_config.path)->default_value(""), "tokenizer.json, or \"byte\" (default: the model directory's)")
       ("prompt", po::value(&prompt)->required(), "prompt text")
       ("chat-template", po::value(&tokenizer_config.chat_template)->default_value("auto"),
@@ -65,7 +67,7 @@ int generate(const Args& args) {
       ("device", po::value(&device_name)->default_value("cpu"), "cpu | cuda")
       ("json", "print one JSON object: prompt ids, completion ids, text, per-token log-probs");
   po::variables_map vm;
-  if (!parse_options(args, "rayless generate --model DIR --prompt TEXT [--max-new-tokens N] [--greedy] [--json]", options, vm))
+  if (!parse_options(args, "rayless generate --model DIR [--adapter DIR] --prompt TEXT [--max-new-tokens N] [--greedy] [--json]", options, vm))
     return 0;
   inputCheck(max_new_tokens >= 0, "generate: --max-new-tokens must be >= 0");
   const GenerationConfig generation = generation_from_flags(max_new_tokens, temperature, top_k, top_p, min_p,
@@ -77,6 +79,7 @@ int generate(const Args& args) {
   inputCheck(!(dtype == ModelDtype::Float16 && device.is_cpu()), "generate: --dtype float16 is for GPUs only (--device cuda)");
 
   CausalLM model = load_hf_model(model_dir, torch_dtype_of(dtype), device, static_cast<uint64_t>(seed));
+  if (!adapter_dir.empty()) load_lora_adapter(model, adapter_dir);
   auto tokenizer = load_tokenizer(tokenizer_config.path, model_dir);
   inputCheck(tokenizer->vocab_size() <= model->config().vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
              " tokens but the model's vocab_size is ", model->config().vocab_size);

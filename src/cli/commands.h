@@ -14,5 +14,6 @@ int version(const Args& args);   // cmd_version.cpp
 int generate(const Args& args);  // cmd_generate.cpp
 int inspect(const Args& args);   // cmd_inspect.cpp
 int tokenize(const Args& args);  // cmd_tokenize.cpp
+int export_model(const Args& args);  // cmd_export.cpp: --merge a LoRA adapter into its base
 
 }  // namespace rayless::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
                    {"tokenize", tokenize, "the prompt text and ids the trainer would feed the model"},
                    {"inspect", inspect, "summarise, print or export a rollout store"},
                    {"config", config, "check or show a config file"},
+                   {"export", export_model, "write a LoRA adapter merged into its base as an HF model directory"},
                    {"version", version, "versions of rayless and its libraries"}},
                   argc, argv);
 }

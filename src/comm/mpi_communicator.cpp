@@ -115,6 +115,32 @@ class MpiCommunicator final : public Communicator {
     return output;
   }
 
+  void reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) override {
+    check_cpu(input, "reduce_scatter");
+    check_cpu(output, "reduce_scatter");
+    runtimeCheck(input.numel() == output.numel() * size_ && input.scalar_type() == output.scalar_type(),
+                 "reduce_scatter: input has ", input.numel(), " elements, output ", output.numel(), " for ", size_,
+                 " ranks (input must be ranks x output, same dtype)");
+    if (input.scalar_type() == torch::kBFloat16 || input.scalar_type() == torch::kHalf) {
+      // as allreduce: reduce 16-bit floats in float32, round once
+      torch::Tensor wide_out = torch::empty({output.numel()}, output.options().dtype(torch::kFloat32));
+      reduce_scatter(input.to(torch::kFloat32), wide_out, op);
+      output.view({-1}).copy_(wide_out);
+      return;
+    }
+    MPI_Datatype type = mpi_type_for(input.scalar_type());
+    runtimeCheck(type != MPI_DATATYPE_NULL, "reduce_scatter: unsupported dtype ", input.scalar_type());
+    runtimeCheck(output.numel() <= INT_MAX, "reduce_scatter: ", output.numel(),
+                 " elements per rank is too many for one MPI call");
+    CollectiveGuard guard("reduce_scatter");
+    torch::Tensor send = input.contiguous();
+    torch::Tensor receive = output.is_contiguous() ? output : torch::empty_like(output);
+    check_mpi(MPI_Reduce_scatter_block(send.data_ptr(), receive.data_ptr(), static_cast<int>(output.numel()), type,
+                                       mpi_op_for(op, input.scalar_type()), comm_),
+              "reduce_scatter");
+    if (!receive.is_same(output)) output.copy_(receive);
+  }
+
   void barrier() override {
     CollectiveGuard guard("barrier");
     check_mpi(MPI_Barrier(comm_), "barrier");
@@ -140,6 +166,11 @@ class SingleCommunicator final : public Communicator {
     runtimeCheck(root == 0, "broadcast: root ", root, " out of range for one process");
   }
   torch::Tensor allgather(const torch::Tensor& tensor) override { return tensor.unsqueeze(0).clone(); }
+  void reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp) override {
+    runtimeCheck(input.numel() == output.numel(), "reduce_scatter: input has ", input.numel(), " elements, output ",
+                 output.numel(), " for 1 rank");
+    output.view({-1}).copy_(input.reshape({-1}));
+  }
   void barrier() override {}
 };
 

@@ -267,14 +267,15 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  //
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
+Projection projection(int64_t in, int64_t out, bool bias) { return Projection(in, out, bias); }
 }  // namespace
 
 AttentionImpl::AttentionImpl(const ModelArchConfig& c)
     : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
-  q_proj = register_module("q_proj", linear(c.hidden_size, num_heads * head_dim, c.attention_bias));
-  k_proj = register_module("k_proj", linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
-  v_proj = register_module("v_proj", linear(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
-  o_proj = register_module("o_proj", linear(num_heads * head_dim, c.hidden_size, c.o_proj_bias));
+  q_proj = register_module("q_proj", projection(c.hidden_size, num_heads * head_dim, c.attention_bias));
+  k_proj = register_module("k_proj", projection(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  v_proj = register_module("v_proj", projection(c.hidden_size, num_kv_heads * head_dim, c.attention_bias));
+  o_proj = register_module("o_proj", projection(num_heads * head_dim, c.hidden_size, c.o_proj_bias));
   if (c.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(head_dim, c.rms_norm_eps));
     k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps));
@@ -312,9 +313,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
 }
 
 MLPImpl::MLPImpl(const ModelArchConfig& c) {
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, false));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, false));
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, false));
+  gate_proj = register_module("gate_proj", projection(c.hidden_size, c.intermediate_size, false));
+  up_proj = register_module("up_proj", projection(c.hidden_size, c.intermediate_size, false));
+  down_proj = register_module("down_proj", projection(c.intermediate_size, c.hidden_size, false));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
@@ -378,7 +379,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       out = layer->forward(x, rope, mask, nullptr, 0, token_index);
     }
     std::vector<torch::Tensor> inputs{x};
-    for (auto& p : layer->parameters()) inputs.push_back(p);
+    for (auto& p : trainable_parameters(*layer)) inputs.push_back(p);  // as forward passed them
     auto grads = torch::autograd::grad({out}, inputs, {grad_outputs[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     torch::autograd::variable_list result;
@@ -429,7 +430,7 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);
     const torch::Tensor& allowed = masks.for_layer(layout, i);
     if (checkpoint) {
-      auto params = layer->parameters();
+      auto params = trainable_parameters(*layer);
       h = CheckpointedLayer::apply(h, torch::TensorList(params), reinterpret_cast<int64_t>(layer.get()), rope.cos, rope.sin, allowed,
                                    token_index.defined() ? token_index : torch::empty({0}, torch::kLong),
                                    token_index.defined())[0];
@@ -483,6 +484,7 @@ void CausalLMImpl::load_state(const std::map<std::string, torch::Tensor>& tensor
     inputCheck(params.contains(name), where, ": unexpected tensor ", name, " for a ", config_.model_type, " model");
   }
   for (auto& item : params) {
+    if (is_lora_parameter(item.key())) continue;  // adapters load from their own files (lora.h)
     auto found = tensors.find(item.key());
     inputCheck(found != tensors.end(), where, ": missing tensor ", item.key());
     inputCheck(found->second.sizes() == item.value().sizes(), where, ": tensor ", item.key(), " has shape ",
@@ -493,7 +495,18 @@ void CausalLMImpl::load_state(const std::map<std::string, torch::Tensor>& tensor
 
 std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::hf_state() const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : named_parameters(true)) out.emplace_back(item.key(), item.value().detach());
+  for (const auto& item : named_parameters(true))
+    if (!is_lora_parameter(item.key())) out.emplace_back(item.key(), item.value().detach());
+  return out;
+}
+
+bool is_lora_parameter(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
+std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : module.parameters()) if (p.requires_grad()) out.push_back(p);
   return out;
 }
 

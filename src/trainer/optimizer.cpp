@@ -1,18 +1,50 @@
+// Stage 0 (every rank holds everything), the pieces all stages share, and the factory.
 #include "rayless/trainer/optimizer.h"
 
-#include <torch/nn/utils/clip_grad.h>
+#include <torch/torch.h>
+#include <torch/serialize.h>
 
-#include <limits>
+#include <chrono>
+#include <cmath>
 
 #include "rayless/base/config.h"
+#include "rayless/base/error.h"
+#include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/lr_schedule.h"
+#include "rayless/trainer/zero_optimizer.h"
 
 namespace rayless {
 
-Optimizer::Optimizer(torch::nn::Module& model, const OptimConfig& config, int64_t max_steps)
-    : model_(model), config_(config), max_steps_(max_steps), warmup_steps_(warmup_steps_for(config, max_steps)) {
+Optimizer::Optimizer(const OptimConfig& config, int64_t max_steps)
+    : config_(config), max_steps_(max_steps), warmup_steps_(warmup_steps_for(config, max_steps)) {}
+
+double Optimizer::scheduled_learning_rate(int64_t step) {
+  learning_rate_ = config_.learning_rate * lr_multiplier(config_.lr_scheduler_type, step, warmup_steps_, max_steps_);
+  return learning_rate_;
+}
+
+double sum_of_squares(const torch::Tensor& t) {
+  torch::NoGradGuard no_grad;
+  constexpr int64_t kPiece = int64_t{1} << 20;
+  const torch::Tensor flat = t.detach().reshape({-1});
+  double sum = 0;
+  for (int64_t start = 0; start < flat.numel(); start += kPiece)
+    sum += flat.narrow(0, start, std::min(kPiece, flat.numel() - start)).to(torch::kFloat64).square().sum().item<double>();
+  return sum;
+}
+
+void clip_by_norm(const std::vector<torch::Tensor>& gradients, double norm, double max_norm) {
+  if (max_norm <= 0 || gradients.empty()) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor total = torch::full({}, norm, gradients[0].options());
+  const torch::Tensor coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  for (const auto& g : gradients) g.detach().mul_(coefficient);
+}
+
+std::unique_ptr<torch::optim::AdamW> make_grouped_adamw(const std::vector<torch::Tensor>& parameters,
+                                                        const OptimConfig& config) {
   std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (const auto& p : parameters) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto options_for = [&](double weight_decay) {
     return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(config.learning_rate)
                                                             .betas({config.adam_beta1, config.adam_beta2})
@@ -22,19 +54,93 @@ Optimizer::Optimizer(torch::nn::Module& model, const OptimConfig& config, int64_
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, options_for(config.weight_decay));
   groups.emplace_back(no_decay, options_for(0.0));
-  adamw_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config.learning_rate));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config.learning_rate));
 }
 
-double Optimizer::step(int64_t step) {
-  std::vector<torch::Tensor> parameters = model_.parameters();
-  // transformers clips at infinity to measure the norm when it does not clip
-  const double grad_norm = torch::nn::utils::clip_grad_norm_(
-      parameters, config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity());
-  learning_rate_ = config_.learning_rate * lr_multiplier(config_.lr_scheduler_type, step, warmup_steps_, max_steps_);
-  for (auto& group : adamw_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate_);
-  adamw_->step();
-  adamw_->zero_grad(true);
-  return grad_norm;
+namespace {
+
+int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+class ReplicatedOptimizer final : public Optimizer {
+ public:
+  ReplicatedOptimizer(std::vector<torch::Tensor> parameters, DataParallel& data_parallel, const OptimConfig& config,
+                      int64_t max_steps)
+      : Optimizer(config, max_steps), parameters_(std::move(parameters)), data_parallel_(data_parallel),
+        adamw_(make_grouped_adamw(parameters_, config)) {}
+
+  double step(int64_t step) override {
+    const auto start = std::chrono::steady_clock::now();
+    data_parallel_.allreduce_gradients();
+    gradient_sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::vector<torch::Tensor> gradients;
+    double squares = 0;
+    for (const auto& p : parameters_)
+      if (p.grad().defined()) {
+        gradients.push_back(p.grad());
+        squares += sum_of_squares(p.grad());
+      }
+    const double grad_norm = std::sqrt(squares);
+    clip_by_norm(gradients, grad_norm, config_.max_grad_norm);
+    const double lr = scheduled_learning_rate(step);
+    for (auto& group : adamw_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    adamw_->step();
+    adamw_->zero_grad(true);
+    return grad_norm;
+  }
+
+  void write_state(const std::filesystem::path& path) override { torch::save(*adamw_, path.string()); }
+  void load_state(const std::filesystem::path& path) override { torch::load(*adamw_, path.string()); }
+
+  std::vector<torch::Tensor> accumulated_gradients() override {
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : parameters_) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+    return grads;
+  }
+  void set_accumulated_gradients(const std::vector<torch::Tensor>& gradients) override {
+    set_parameter_gradients(parameters_, gradients);
+  }
+
+  OptimizerMemory memory() const override {
+    OptimizerMemory m;
+    for (const auto& p : parameters_) {
+      m.parameters += bytes_of(p);
+      m.gradients += bytes_of(p);  // every gradient is held from backward to the step
+    }
+    for (const auto& [key, state] : adamw_->state()) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+      m.optimizer_state += bytes_of(s.exp_avg()) + bytes_of(s.exp_avg_sq()) + bytes_of(s.max_exp_avg_sq());
+    }
+    return m;
+  }
+  int zero_stage() const override { return 0; }
+
+ private:
+  std::vector<torch::Tensor> parameters_;
+  DataParallel& data_parallel_;
+  std::unique_ptr<torch::optim::AdamW> adamw_;
+};
+
+}  // namespace
+
+void set_parameter_gradients(const std::vector<torch::Tensor>& parameters, const std::vector<torch::Tensor>& gradients) {
+  inputCheck(gradients.size() == parameters.size(), "saved gradients: ", gradients.size(), " tensors for ",
+             parameters.size(), " parameters");
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    inputCheck(gradients[i].sizes() == parameters[i].sizes(), "saved gradients: tensor ", i, " has shape ",
+               gradients[i].sizes(), ", the parameter ", parameters[i].sizes());
+    torch::Tensor p = parameters[i];
+    p.mutable_grad() = gradients[i].to(p.options()).clone();
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(int zero_stage, Communicator& comm, std::vector<torch::Tensor> parameters,
+                                          DataParallel& data_parallel, const OptimConfig& config, int64_t max_steps,
+                                          int64_t bucket_size_mb) {
+  if (zero_stage == 0)
+    return std::make_unique<ReplicatedOptimizer>(std::move(parameters), data_parallel, config, max_steps);
+  inputCheck(zero_stage == 1 || zero_stage == 2, "distributed.zero_stage = ", zero_stage,
+             " is not implemented (0, 1 or 2; stage 3 would shard the parameters too)");
+  return std::make_unique<ZeroOptimizer>(comm, std::move(parameters), config, max_steps, zero_stage, bucket_size_mb);
 }
 
 }  // namespace rayless

@@ -11,7 +11,9 @@
 #include "rayless/comm/communicator.h"
 #include "rayless/grpo/entropy_mask.h"
 #include "rayless/grpo/entropy_threshold.h"
+#include "rayless/base/hash.h"
 #include "rayless/model/hf_checkpoint.h"
+#include "rayless/model/lora.h"
 #include "rayless/model/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/prompts/prompt_builder.h"
@@ -94,17 +96,28 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   logp_dtype_ = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   policy_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
   policy_->set_gradient_checkpointing(cfg_.train.gradient_checkpointing);
-  if (cfg_.grpo.beta > 0) {
+  std::string lora_note;
+  if (cfg_.lora.enabled) {
+    // only the adapters train; the reference model (beta > 0) is this model with the adapters off
+    const auto adapted = add_lora_adapters(policy_, lora_settings(), static_cast<uint64_t>(cfg_.train.seed));
+    int64_t adapter_parameters = 0;
+    for (const auto& p : trainable_parameters(*policy_)) adapter_parameters += p.numel();
+    lora_note = str(", LoRA r=", cfg_.lora.r, " on ", adapted.size(), " layers (", adapter_parameters, " trainable)");
+  }
+  if (cfg_.grpo.beta > 0 && !cfg_.lora.enabled) {
     reference_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
     for (auto& p : reference_->parameters()) p.set_requires_grad(false);
     reference_->eval();
   }
-  optimizer_ = std::make_unique<Optimizer>(*policy_, cfg_.optim, cfg_.train.max_steps);
-  data_parallel_ = std::make_unique<DataParallel>(*comm_, *policy_, cfg_.distributed.bucket_size_mb);
+  // what trains: every parameter, or with LoRA the adapters alone (their gradients, state, reductions)
+  const std::vector<torch::Tensor> trainable = trainable_parameters(*policy_);
+  data_parallel_ = std::make_unique<DataParallel>(*comm_, trainable, cfg_.distributed.bucket_size_mb, policy_->buffers());
+  optimizer_ = make_optimizer(static_cast<int>(cfg_.distributed.zero_stage), *comm_, trainable, *data_parallel_,
+                              cfg_.optim, cfg_.train.max_steps, cfg_.distributed.bucket_size_mb);
 
   const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
-               ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters), ",
+               ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters", lora_note, "), ",
                dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), chat template ",
                prompt_format_.chat_template.source(), ", output ",
                output_dir_.string()));
@@ -114,6 +127,16 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
 }
 
 Trainer::~Trainer() = default;
+
+LoraSettings Trainer::lora_settings() const {
+  LoraSettings s;
+  s.r = cfg_.lora.r;
+  s.alpha = cfg_.lora.alpha;
+  s.dropout = cfg_.lora.dropout;
+  s.target_modules = cfg_.lora.target_modules;
+  s.use_rslora = cfg_.lora.use_rslora;
+  return s;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // The loop.
@@ -199,6 +222,12 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(rows[i].item<int64_t>())]);
   const torch::Tensor completion_ids = batch.completion_ids.index_select(0, rows);
   const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
+  // LoRA dropout draws from the default generator: seed it from (seed, rank, micro-step) so a resumed
+  // run draws the same masks
+  if (cfg_.lora.enabled && cfg_.lora.dropout > 0) {
+    const std::string stream = str(cfg_.train.seed, "/", runtime_.rank(), "/", micro_step_, "/lora_dropout");
+    torch::manual_seed(fnv1a64(stream.data(), stream.size()));
+  }
   LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask, batch.prompt_width());
   LossInputs in;
   in.per_token_logps = current.logps.to(logp_dtype_);
@@ -213,6 +242,7 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
     in.entropy_mask = entropy_mask_of(in.entropies, completion_mask, batch.generation_step, threshold);
   const LossOutput out = compute_loss(in, loss_settings_);
   out.loss.backward();
+  optimizer_->after_backward();  // ZeRO-2: this rank keeps only its shard of the averaged gradient
   // TRL's logged loss is transformers' running total: a float32 tensor that each micro-step's loss
   // is added to, averaged over ranks when the step is logged
   step_loss_float32_ = static_cast<float>(static_cast<double>(step_loss_float32_) + out.loss.detach().item<double>());
@@ -237,13 +267,14 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
 
 // Gradients averaged over ranks, the optimizer step, and the step's metrics (rank 0 logs them).
 StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std::vector<StepMetrics>& generations) {
-  auto start = Clock::now();
-  data_parallel_->allreduce_gradients();
-  allreduce_seconds_ += seconds_since(start);
-  start = Clock::now();
-  const double grad_norm = optimizer_->step(optimizer_step_);
-  optimizer_seconds_ += seconds_since(start);
-  train_seconds_ += allreduce_seconds_ + optimizer_seconds_;
+  double gradient_sync_seconds = optimizer_->take_gradient_sync_seconds();  // ZeRO-2's, after each backward
+  const auto start = Clock::now();
+  const double grad_norm = optimizer_->step(optimizer_step_);  // gradients averaged across ranks, clip, AdamW
+  const double step_seconds = seconds_since(start);
+  const double sync_in_step = optimizer_->take_gradient_sync_seconds();
+  gradient_sync_seconds += sync_in_step;
+  optimizer_seconds_ += step_seconds - sync_in_step;
+  train_seconds_ += step_seconds;
   ++optimizer_step_;
 
   StepMetrics m = mean_over(micro);
@@ -263,12 +294,19 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
   m["time/generation"] = generation_seconds_;
   m["time/sampling"] = sampling_seconds_;
   m["time/train"] = train_seconds_;
-  m["time/gradient_allreduce"] = allreduce_seconds_;
+  m["time/gradient_allreduce"] = gradient_sync_seconds;  // ZeRO: its reduce-scatters
   m["time/optimizer"] = optimizer_seconds_;
   m["tokens_per_second"] = m.count("completions/total_tokens") ? m["completions/total_tokens"] / std::max(step_time, 1e-9) : NAN;
   m["memory/peak_rss_mb"] = global_max(*comm_, static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0));
+  // what the rank holds for training (the largest over ranks; exact tensor bytes)
+  const OptimizerMemory held = optimizer_->memory();
+  int64_t weight_bytes = 0;  // frozen base weights too
+  for (const auto& p : policy_->parameters()) weight_bytes += p.numel() * p.element_size();
+  m["memory/parameters_mb"] = global_max(*comm_, static_cast<double>(weight_bytes) / (1024.0 * 1024.0));
+  m["memory/gradients_mb"] = global_max(*comm_, static_cast<double>(held.gradients) / (1024.0 * 1024.0));
+  m["memory/optimizer_state_mb"] = global_max(*comm_, static_cast<double>(held.optimizer_state) / (1024.0 * 1024.0));
   old_logprob_passes_ = 0;
-  sampling_seconds_ = allreduce_seconds_ = optimizer_seconds_ = generation_seconds_ = train_seconds_ = 0;
+  sampling_seconds_ = optimizer_seconds_ = generation_seconds_ = train_seconds_ = 0;
   if (runtime_.rank() == 0 && cfg_.log.console &&
       (optimizer_step_ % cfg_.log.logging_steps == 0 || optimizer_step_ == cfg_.train.max_steps)) {
     const double per_step = seconds_since(run_start_) / static_cast<double>(optimizer_step_ - first_step_);

@@ -7,6 +7,7 @@
 #include "rayless/base/hash.h"
 #include "rayless/base/log.h"
 #include "rayless/model/hf_checkpoint.h"
+#include "rayless/model/lora.h"
 #include "rayless/model/tokenizer.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
@@ -41,24 +42,25 @@ void Trainer::save(bool at_optimizer_boundary) {
   state.data_cursor = cursor_at_step(shard_spec_, state.generation_step);
   state.iteration = (micro_step_ % micro_steps_per_cycle_) / steps_per_generation_;
   state.micro_batch = micro_step_ % steps_per_generation_;
-  RankState rank_state{rank, !at_optimizer_boundary, step_loss_float32_, ""};
+  RankState rank_state{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage()};
   // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
   if (micro_step_ % micro_steps_per_cycle_ != 0)
     rank_state.generation_file_hash = generation_file_hash(state.generation_step);
 
+  optimizer_->collect_state();  // collective: ZeRO gathers the AdamW moments to rank 0
   auto fill_rank0 = [&](const fs::path& dir) {
-    write_hf_files(policy_, tokenizer_.get(), dir);
-    torch::save(optimizer_->adamw(), (dir / "optimizer.pt").string());
+    if (cfg_.lora.enabled)  // PEFT's files: the base is model.path, unchanged
+      write_lora_adapter(policy_, lora_settings(), fs::absolute(cfg_.model.path).string(), dir);
+    else
+      write_hf_files(policy_, tokenizer_.get(), dir);
+    optimizer_->write_state(dir / "optimizer.pt");
     if (cfg_.grpo.sync_ref_model) torch::save(reference_->parameters(), (dir / "reference.pt").string());
     write_text_atomically(dir / "trainer_state.json", state.to_json().dump(2) + "\n");
   };
   auto fill_each_rank = [&](const fs::path& dir) {
     write_text_atomically(dir / str("rank-", rank, ".json"), rank_state.to_json(cfg_.train.seed).dump(2) + "\n");
-    if (!at_optimizer_boundary) {
-      std::vector<torch::Tensor> grads;
-      for (const auto& p : policy_->parameters()) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
-      torch::save(grads, (dir / str("grads-rank-", rank, ".pt")).string());
-    }
+    if (!at_optimizer_boundary)
+      torch::save(optimizer_->accumulated_gradients(), (dir / str("grads-rank-", rank, ".pt")).string());
   };
   const fs::path path = save_checkpoint(*comm_, output_dir_ / "checkpoints",
                                         checkpoint_name(optimizer_step_, micro_step_, at_optimizer_boundary), fill_rank0,
@@ -84,8 +86,21 @@ void Trainer::restore(const fs::path& checkpoint) {
   optimizer_step_ = state.optimizer_step;
   micro_step_ = state.micro_step;
   num_tokens_ = state.num_tokens;
-  copy_parameters(load_hf_model(checkpoint, policy_->dtype(), device_)->parameters(), policy_->parameters());
-  torch::load(optimizer_->adamw(), (checkpoint / "optimizer.pt").string());
+  const bool saved_lora = is_lora_adapter_directory(checkpoint);
+  inputCheck(saved_lora == cfg_.lora.enabled, checkpoint.string(),
+             saved_lora ? " holds a LoRA adapter (adapter_config.json), not a whole model: resume it with lora.enabled = true"
+                        : " holds a whole model, not a LoRA adapter: resume it with lora.enabled = false");
+  if (saved_lora) {
+    const LoraSettings saved = read_lora_config(checkpoint), now = lora_settings();
+    inputCheck(saved.r == now.r && saved.alpha == now.alpha && saved.use_rslora == now.use_rslora,
+               (checkpoint / "adapter_config.json").string(), ": the adapter has r = ", saved.r, ", lora_alpha = ",
+               saved.alpha, ", use_rslora = ", saved.use_rslora ? "true" : "false", "; the config says lora.r = ", now.r,
+               ", lora.alpha = ", now.alpha, ", lora.use_rslora = ", now.use_rslora ? "true" : "false");
+    load_lora_adapter(policy_, checkpoint);  // the base is model.path, loaded at start
+  } else {
+    copy_parameters(load_hf_model(checkpoint, policy_->dtype(), device_)->parameters(), policy_->parameters());
+  }
+  optimizer_->load_state(checkpoint / "optimizer.pt");
   if (cfg_.grpo.sync_ref_model && fs::exists(checkpoint / "reference.pt")) {
     std::vector<torch::Tensor> saved;
     torch::load(saved, (checkpoint / "reference.pt").string());
@@ -97,10 +112,14 @@ void Trainer::restore(const fs::path& checkpoint) {
                                    : RankState{};
   expected_generation_hash_ = mid_cycle ? rank_state.generation_file_hash : "";
   if (mid_accumulation) {
+    // whole gradients (stages 0, 1) or this rank's slices (stage 2): the layouts do not convert
+    const int64_t stage = optimizer_->zero_stage();
+    inputCheck((rank_state.zero_stage == 2) == (stage == 2), checkpoint.string(),
+               " was taken between optimizer steps with distributed.zero_stage = ", rank_state.zero_stage,
+               "; resume it with zero_stage ", rank_state.zero_stage == 2 ? "2" : "0 or 1", " (now ", stage, ")");
     std::vector<torch::Tensor> grads;
     torch::load(grads, (checkpoint / str("grads-rank-", runtime_.rank(), ".pt")).string());
-    auto params = policy_->parameters();
-    for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i].clone();
+    optimizer_->set_accumulated_gradients(grads);
     step_loss_float32_ = rank_state.step_loss_float32;
   }
   last_saved_micro_step_ = micro_step_;

@@ -4,6 +4,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <optional>
+
+#include "rayless/model/lora.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
 #include "rayless/grpo/advantages.h"
@@ -224,8 +227,11 @@ void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropi
     entropies = old.entropies.to(logp_dtype_);
   }
   if (cfg_.grpo.beta > 0) {
-    LogprobsAndEntropies ref =
-        policy_logprobs(reference_, rows.prompt_ids, rows.completion_ids, rows.completion_mask, rows.prompt_width());
+    // with LoRA the reference is the policy's own base: adapters off for this pass
+    std::optional<AdaptersDisabled> base_only;
+    if (cfg_.lora.enabled) base_only.emplace(policy_);
+    LogprobsAndEntropies ref = policy_logprobs(cfg_.lora.enabled ? policy_ : reference_, rows.prompt_ids,
+                                               rows.completion_ids, rows.completion_mask, rows.prompt_width());
     rows.ref_logps = ref.logps.to(logp_dtype_);
   }
 }

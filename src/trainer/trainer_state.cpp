@@ -59,6 +59,7 @@ nlohmann::json RankState::to_json(int64_t seed) const {
   j["has_accumulated_gradients"] = has_accumulated_gradients;
   j["step_loss_float32"] = step_loss_float32;
   if (!generation_file_hash.empty()) j["generation_file_hash"] = generation_file_hash;
+  j["zero_stage"] = zero_stage;
   return j;
 }
 
@@ -68,6 +69,7 @@ RankState RankState::from_json(const nlohmann::json& j) {
   s.has_accumulated_gradients = j.value("has_accumulated_gradients", false);
   s.step_loss_float32 = j.value("step_loss_float32", 0.0f);
   s.generation_file_hash = j.value("generation_file_hash", std::string());
+  s.zero_stage = j.value("zero_stage", int64_t{0});
   return s;
 }
 

@@ -13,12 +13,26 @@ add_test(NAME cli-config-new-options-exit2 COMMAND sh -c "\
   cat e1.txt e2.txt; [ $r1 -eq 2 ] && [ $r2 -eq 2 ] && [ $(wc -l < e1.txt) -eq 1 ] && [ $(wc -l < e2.txt) -eq 1 ] && \
   grep -q 'padding_free.toml:2: key train.padding_free = .yes. (a string) is not allowed: expected true or false' e1.txt && \
   grep -q 'distributed.bucket_size_mb = -1 (an integer) is not allowed: expected an integer >= 0' e2.txt")
+# ZeRO stage 3 (sharded parameters) is not implemented: refused before anything starts
+add_test(NAME cli-config-zero-stage-exit2 COMMAND sh -c "\
+  $<TARGET_FILE:rayless> train --config ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set distributed.zero_stage=3 --output zero3-run 2>e3.txt; r3=$?; \
+  cat e3.txt; [ $r3 -eq 2 ] && [ $(wc -l < e3.txt) -eq 1 ] && [ ! -e zero3-run ] && \
+  grep -q 'distributed.zero_stage = 3 (an integer) is not allowed: expected an integer in .0, 2.' e3.txt")
+# LoRA's own cross-field rules
+add_test(NAME cli-config-lora-rules-exit2 COMMAND sh -c "\
+  $<TARGET_FILE:rayless> config check ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set lora.enabled=true --set grpo.beta=0.1 --set grpo.sync_ref_model=true 2>l1.txt; r1=$?; \
+  $<TARGET_FILE:rayless> config check ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set lora.enabled=true --set lora.dropout=0.1 --set train.gradient_checkpointing=true 2>l2.txt; r2=$?; \
+  cat l1.txt l2.txt; [ $r1 -eq 2 ] && [ $r2 -eq 2 ] && [ $(wc -l < l1.txt) -eq 1 ] && [ $(wc -l < l2.txt) -eq 1 ] && \
+  grep -q 'grpo.sync_ref_model = true cannot be used with lora.enabled = true' l1.txt && \
+  grep -q 'lora.dropout = 0.1 cannot be used with train.gradient_checkpointing = true' l2.txt")
 add_test(NAME cli-config-check-shipped COMMAND sh -c "for f in ${CMAKE_SOURCE_DIR}/configs/*.toml; do $<TARGET_FILE:rayless> config check $f || exit 1; done")
 add_test(NAME cli-version COMMAND sh -c "$<TARGET_FILE:rayless> version | grep -q '^libtorch 2\\.' && $<TARGET_FILE:rayless> version | grep -q '^mpi ' && $<TARGET_FILE:rayless> version | grep -q '^hdf5 1\\.'")
 add_test(NAME cli-unknown-command-exit2 COMMAND sh -c "$<TARGET_FILE:rayless> frobnicate 2>&1; [ $? -eq 2 ]")
 add_test(NAME cli-docs-match-code COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/docs_match_code.py $<TARGET_FILE:rayless>
          ${CMAKE_SOURCE_DIR}/docs/config.md)
-set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-check-shipped cli-version
+set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-zero-stage-exit2
+                     cli-config-lora-rules-exit2
+                     cli-config-check-shipped cli-version
                      cli-unknown-command-exit2 cli-docs-match-code PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 # `rayless config show` on an empty config = TRL's GRPOConfig() defaults for every shared key
 add_test(NAME cli-defaults-match-trl

@@ -204,14 +204,15 @@ static size_t iov_bytes(const struct iovec* iov, int n) {
   return total;
 }
 
-// a vectored write that must be cut: gather it into one buffer so kill mode can write the head
+// a vectored write that must be cut: gather it into one buffer so kill mode can write the head and
+// enospc mode the part that still fits (libstdc++ writes lines of 1 KiB or more with writev)
 static ssize_t vectored(int fd, const struct iovec* iov, int n, off_t offset, int positional, int* handled) {
   size_t total = iov_bytes(iov, n);
   *handled = 0;
   configure();
   if (g_mode == MODE_OFF || g_on != ON_WRITE || total == 0) return 0;
   char* flat = NULL;
-  if (g_mode == MODE_KILL) {
+  if (g_mode == MODE_KILL || g_mode == MODE_ENOSPC) {
     flat = malloc(total);
     if (flat) {
       size_t at = 0;

@@ -64,3 +64,34 @@ foreach(_case_json ${_parity_cases})
                          PROCESSORS ${_processes} LABELS "parity;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   endforeach()
 endforeach()
+
+# ZeRO stages (distributed.zero_stage): the same weights at every stage and np 1..4, checkpoints that
+# move between stages and world sizes, exact resume between optimizer steps at stage 2
+foreach(_np 1 2 3 4)
+  add_test(NAME trainer-zero-stages-same-weights-np${_np}
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/zero_stages_same_weights.sh $<TARGET_FILE:rayless> ${_np})
+  set_tests_properties(trainer-zero-stages-same-weights-np${_np} PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600
+                       PROCESSORS 2 LABELS "mpi;e2e;zero" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endforeach()
+add_test(NAME trainer-zero-resume-world-sizes
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/zero_resume_world_sizes.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal>)
+add_test(NAME trainer-zero2-resume-mid-accumulation-np2
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal> 2 3
+                 --set train.gradient_accumulation_steps=2 --set grpo.num_iterations=1 --set grpo.steps_per_generation=2
+                 --set distributed.zero_stage=2)
+add_test(NAME trainer-zero2-resume-mid-cycle-np2
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal> 2 2
+                 --set distributed.zero_stage=2)
+set_tests_properties(trainer-zero-resume-world-sizes trainer-zero2-resume-mid-accumulation-np2
+                     trainer-zero2-resume-mid-cycle-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600
+                     PROCESSORS 2 LABELS "mpi;e2e;zero" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+# LoRA: PEFT's files, the reference as the base with adapters off, ZeRO, exact resume, bad settings;
+# and the round trip through PEFT itself (skipped without .venv-tools, tools/setup_tools_venv.sh)
+add_test(NAME trainer-lora-np2
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/lora_train.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal>)
+add_test(NAME trainer-lora-peft-roundtrip
+         COMMAND sh -c "py=${CMAKE_SOURCE_DIR}/.venv-tools/bin/python; [ -x $py ] || { echo 'SKIP: no .venv-tools'; exit 77; }; \
+exec $py ${CMAKE_CURRENT_LIST_DIR}/lora_peft_roundtrip.py $<TARGET_FILE:rayless> $<TARGET_FILE:rayless-bench>")
+set_tests_properties(trainer-lora-np2 trainer-lora-peft-roundtrip PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600
+                     PROCESSORS 2 LABELS "mpi;e2e;lora" SKIP_RETURN_CODE 77 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

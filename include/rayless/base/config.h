@@ -162,11 +162,22 @@ struct EvalConfig {
   bool greedy = true;                               // greedy decoding, else sampled as in training
 };
 
+// LoRA adapters (PEFT's LoraConfig names): only the adapters train; the base is frozen.
+struct LoraConfig {
+  bool enabled = false;
+  int64_t r = 8;
+  double alpha = 8.0;                               // PEFT: lora_alpha
+  double dropout = 0.0;                             // PEFT: lora_dropout
+  std::vector<std::string> target_modules{"q_proj", "v_proj"};  // names, or "all-linear"
+  bool use_rslora = false;                          // scaling alpha / sqrt(r) instead of alpha / r
+};
+
 struct DistributedConfig {
   std::string backend = "auto";                     // auto | mpi | nccl
   double collective_timeout_s = 300.0;              // watchdog deadline per collective
   int64_t threads_per_rank = 0;                     // 0 = cores on the node / ranks on the node
   int64_t bucket_size_mb = 0;                       // gradient allreduce bucket size; 0 = by backend
+  int64_t zero_stage = 0;                           // 0 replicated, 1 sharded AdamW state, 2 + sharded gradients
 };
 
 struct Config {
@@ -182,6 +193,7 @@ struct Config {
   LogConfig log;
   DistributedConfig distributed;
   EvalConfig eval;
+  LoraConfig lora;
 
   // derived values, always consistent with the keys above
   double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }

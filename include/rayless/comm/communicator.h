@@ -27,6 +27,10 @@ class Communicator {
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   // Same shape on every rank -> [size, ...shape] (rank r's tensor at index r).
   virtual torch::Tensor allgather(const torch::Tensor& tensor) = 0;
+  // input: size() x n elements on every rank (contiguous, 1-D); output: n elements, where rank r
+  // receives the reduction over ranks of input[r*n, (r+1)*n). Sharded optimizers (ZeRO) use it so
+  // that each rank keeps only its shard of the averaged gradient.
+  virtual void reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) = 0;
   virtual void barrier() = 0;
 
   // dim 0 may differ between ranks (also 0): the counts are exchanged first (a small CPU tensor, so

@@ -2,6 +2,7 @@
 // from an HF config.json. Parameter names equal the HF state dict (model.layers.N.self_attn.q_proj.weight,
 // ..., lm_head.weight), so loading and saving are a name-for-name mapping.
 #pragma once
+#include "rayless/model/projection.h"
 #include "rayless/base/choices.h"
 #include "rayless/model/attention_window.h"
 #include "rayless/model/rotary.h"
@@ -83,7 +84,7 @@ class AttentionImpl : public torch::nn::Module {
   // run on the N tokens alone and only the attention itself sees the padded [B, T] layout.
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
                         KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
 };
@@ -93,7 +94,7 @@ class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelArchConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(MLP);
 
@@ -163,6 +164,11 @@ class CausalLMImpl : public torch::nn::Module {
   bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(CausalLM);
+
+// Names of LoRA adapter tensors ("...q_proj.lora_A.weight"): not part of the HF state dict.
+bool is_lora_parameter(const std::string& name);
+// The parameters that require gradients, in module order (with LoRA: the adapters alone).
+std::vector<torch::Tensor> trainable_parameters(const torch::nn::Module& module);
 
 // Position ids as transformers computes them from a left-padded mask: cumsum(mask) - 1, 1 at padding.
 torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask);

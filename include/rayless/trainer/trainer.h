@@ -20,6 +20,7 @@
 #include "rayless/base/config.h"
 #include "rayless/grpo/logprobs.h"
 #include "rayless/grpo/loss.h"
+#include "rayless/model/lora.h"
 #include "rayless/model/model.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
@@ -113,6 +114,8 @@ class Trainer {
   void sync_reference_model();
   bool stop_for_signal();
 
+  LoraSettings lora_settings() const;  // lora.* of the config
+
   // checkpoints (trainer_checkpoint.cpp)
   void save(bool at_optimizer_boundary);
   void restore(const std::filesystem::path& checkpoint);
@@ -157,7 +160,7 @@ class Trainer {
 
   // per-step measurements
   int64_t old_logprob_passes_ = 0;
-  double sampling_seconds_ = 0, allreduce_seconds_ = 0, optimizer_seconds_ = 0;
+  double sampling_seconds_ = 0, optimizer_seconds_ = 0;
   double generation_seconds_ = 0, train_seconds_ = 0;
   std::chrono::steady_clock::time_point run_start_, step_start_;
   int64_t first_step_ = 0;  // the optimizer step this process started at (for the ETA)

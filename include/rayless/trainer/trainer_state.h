@@ -39,6 +39,9 @@ struct RankState {
   // mid-cycle checkpoints: fnv1a64 of this rank's stored generation file, checked before it is
   // read back on resume, so a damaged or replaced file is refused ("" = not recorded)
   std::string generation_file_hash;
+  // distributed.zero_stage of the run: at stage 2 the saved accumulated gradients are this rank's
+  // slices (zero_optimizer.h), at stages 0 and 1 whole tensors
+  int64_t zero_stage = 0;
   nlohmann::json to_json(int64_t seed) const;
   static RankState from_json(const nlohmann::json& json);
 };

@@ -115,6 +115,24 @@ class NcclCommunicator final : public Communicator {
     return output;
   }
 
+  void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
+    if (!input.is_cuda()) return host_->reduce_scatter(input, output, op);
+    runtimeCheck(output.is_cuda() && input.numel() == output.numel() * size_ &&
+                     input.scalar_type() == output.scalar_type(),
+                 "reduce_scatter: input has ", input.numel(), " elements, output ", output.numel(), " for ", size_,
+                 " ranks (both CUDA, input ranks x output, same dtype)");
+    ncclDataType_t type;
+    runtimeCheck(nccl_type_for(input.scalar_type(), type), "reduce_scatter: unsupported dtype ", input.scalar_type());
+    at::Tensor send = input.contiguous();
+    at::Tensor receive = output.is_contiguous() ? output : at::empty_like(output);
+    CollectiveGuard guard("reduce_scatter (nccl)");
+    check_nccl(ncclReduceScatter(send.data_ptr(), receive.data_ptr(), output.numel(), type,
+                                 nccl_op_for(op, input.scalar_type()), comm_, stream()),
+               "reduce_scatter");
+    synchronize();
+    if (!receive.is_same(output)) output.copy_(receive);
+  }
+
   void barrier() override {
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     host_->barrier();

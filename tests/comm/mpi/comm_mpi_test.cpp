@@ -119,3 +119,25 @@ TEST_CASE("global_mean_std equals torch.std of the concatenation") {
   CHECK(global_min(*comm, static_cast<double>(rank)) == 0);
 }
 
+
+TEST_CASE("reduce_scatter: rank r gets the reduction of slice r, in every dtype the trainer shards") {
+  auto comm = mpi();
+  const int rank = comm->rank(), size = comm->size();
+  for (auto dtype : {torch::kFloat64, torch::kFloat32, torch::kBFloat16}) {
+    const int64_t slice = 5;
+    // rank q contributes (q + 1) * (index + 1) at every index; the sum over ranks is known in closed form
+    torch::Tensor input = (torch::arange(size * slice, torch::kFloat64) + 1) * (rank + 1);
+    torch::Tensor output = torch::full({slice}, -1.0, dtype);
+    comm->reduce_scatter(input.to(dtype), output, ReduceOp::Sum);
+    const double rank_sum = size * (size + 1) / 2.0;
+    torch::Tensor expected = (torch::arange(rank * slice, (rank + 1) * slice, torch::kFloat64) + 1) * rank_sum;
+    CHECK(torch::equal(output.to(torch::kFloat64), expected.to(dtype).to(torch::kFloat64)));
+    torch::Tensor maxima = torch::empty({slice}, dtype);
+    comm->reduce_scatter(input.to(dtype), maxima, ReduceOp::Max);
+    CHECK(torch::equal(maxima.to(torch::kFloat64),
+                       ((torch::arange(rank * slice, (rank + 1) * slice, torch::kFloat64) + 1) * size).to(dtype).to(torch::kFloat64)));
+  }
+  torch::Tensor wrong = torch::empty({3});
+  CHECK_THROWS_WITH(comm->reduce_scatter(torch::zeros({size * 4}), wrong, ReduceOp::Sum),
+                    Catch::Contains("input must be ranks x output"));
+}
