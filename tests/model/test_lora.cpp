@@ -151,3 +151,34 @@ TEST_CASE("lora: adapters that do not fit the model are refused naming the file"
   test::write_bytes(dir / "a" / "adapter_config.json", R"({"peft_type": "IA3"})");
   CHECK_THROWS_WITH(read_lora_config(dir / "a"), Catch::Contains("peft_type is \"IA3\""));
 }
+
+TEST_CASE("lora: gradient checkpointing gives the adapters the same gradients (base frozen)") {
+  const auto expected = load_safetensors(lora_dir() / "expected.safetensors");
+  const torch::Tensor ids = expected.at("input_ids").to(torch::kLong), mask = expected.at("attention_mask").to(torch::kLong);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (bool checkpointing : {false, true}) {
+    CausalLM model = golden_base();
+    load_lora_adapter(model, lora_dir() / "adapter-all");  // B != 0: every adapter tensor gets a gradient
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+    for (auto& item : model->named_parameters(true))
+      if (is_lora_parameter(item.key())) item.value().set_requires_grad(true);
+    model->train();
+    model->set_gradient_checkpointing(checkpointing);
+    const torch::Tensor logits = model->forward(ids, mask);
+    (logits.square().mean()).backward();
+    std::vector<torch::Tensor> g;
+    for (const auto& p : trainable_parameters(*model)) {
+      REQUIRE(p.grad().defined());
+      g.push_back(p.grad().clone());
+    }
+    for (const auto& p : model->parameters()) CHECK((p.requires_grad() || !p.grad().defined()));
+    grads.push_back(g);
+  }
+  REQUIRE(grads[0].size() == 28);
+  double worst = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    CHECK(grads[0][i].abs().max().item<double>() > 0);
+    worst = std::max(worst, ((grads[0][i] - grads[1][i]).abs().max() / grads[0][i].abs().max()).item<double>());
+  }
+  CHECK(worst < 1e-12);
+}
