@@ -9,7 +9,8 @@ run_dir=${1:-runs/demo}
 shift || true
 ranks=${RAYLESS_DEMO_RANKS:-2}
 
-./tools/setup.sh
+# only the trainer: the demo runs nothing else (./tools/test.sh builds the tests and tools)
+RAYLESS_BUILD_TARGETS=rayless ./tools/setup.sh
 
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 rm -rf "$run_dir"

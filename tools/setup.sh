@@ -10,6 +10,8 @@
 #   Torch_DIR / CMAKE_PREFIX_PATH  use another LibTorch instead of the venv's (cluster module, archive)
 #   RAYLESS_CUDA        ON | OFF | AUTO (default AUTO: on when the LibTorch found has CUDA)
 #   RAYLESS_SKIP_BUILD=1  install and configure only
+#   RAYLESS_BUILD_TARGETS  space-separated targets to build (default: all; tools/demo.sh asks for rayless
+#                       alone, ./tools/test.sh builds the rest)
 #   RAYLESS_NO_APT=1    never call apt-get, even as root (a machine without a package mirror: the GPU
 #                       check finds everything from the environment, tools/gpu/device_check.sh)
 set -euo pipefail
@@ -32,6 +34,7 @@ debian_packages=(
   catch2                        # unit tests (v2)
   nlohmann-json3-dev            # JSON: safetensors headers, tokenizer.json, metrics, reward workers
   libpcre2-dev                  # tokenizer pre-tokenizer regex with Unicode classes
+  libmimalloc-dev               # allocator: faster steps, less memory than glibc malloc (optional)
   cmake ninja-build ccache      # build
   python3-h5py python3-venv     # h5py example reader test; project venv for LibTorch
   gnuplot-nox                   # demo reward plot
@@ -109,8 +112,10 @@ configure_and_build() {
       || die "cmake configure failed (see the messages above)"
   }
   [ "${RAYLESS_SKIP_BUILD:-0}" = 1 ] && return 0
-  say "building $build_dir"
-  cmake --build "$build_dir" -j "$(nproc)" || die "build failed"
+  local targets=()
+  [ -n "${RAYLESS_BUILD_TARGETS:-}" ] && read -r -a targets <<< "$RAYLESS_BUILD_TARGETS"
+  say "building $build_dir${targets:+ (targets: ${targets[*]})}"
+  cmake --build "$build_dir" -j "$(nproc)" ${targets:+--target "${targets[@]}"} || die "build failed"
 }
 
 install_system_packages

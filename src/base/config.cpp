@@ -418,7 +418,7 @@ void add_training_fields(std::vector<ConfigField>& f) {
   // [distributed]
   f.push_back(string_field("distributed.backend", REF(distributed.backend), {"auto", "mpi", "nccl"}, "collectives backend: auto = NCCL for CUDA tensors when built, else MPI"));
   f.push_back(float_field("distributed.collective_timeout_s", REF(distributed.collective_timeout_s), 0.001, kInf, "a collective taking longer aborts the job with what stalled"));
-  f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = cores on the node / ranks on the node)"));
+  f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = the cores the rank is bound to by Slurm or mpirun; unbound: cores on the node / ranks on the node)"));
   f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 0, kNoMax, "gradient allreduce bucket size in MiB (0: 4 on MPI, 25 on NCCL)"));
   f.push_back(int_field("distributed.zero_stage", REF(distributed.zero_stage), 0, 2, "ZeRO: 0 = every rank holds all gradients and AdamW state; 1 = AdamW moments sharded across ranks; 2 = gradients sharded too (stage 3, sharded parameters, is not implemented)"));
   // [lora]

@@ -5,6 +5,8 @@
 #include <limits>
 #include <tuple>
 
+#include <torch/cuda.h>
+
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/model/hf_checkpoint.h"

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/options.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"

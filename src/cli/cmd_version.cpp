@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <torch/version.h>
@@ -20,13 +21,21 @@ int version(const Args& args) {
   if (auto comma = mpi.find_first_of(",\n"); comma != std::string::npos) mpi.resize(comma);
   unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
   H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  // mimalloc when the build linked it (CMakeLists.txt, "allocator"); found at run time so that a
+  // preloaded one counts too
+  std::string allocator = "glibc malloc";
+  if (auto* mi_version = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "mi_version"))) {
+    const int v = mi_version();
+    allocator = "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
+  }
   const CommunicatorBackend* nccl = find_communicator_backend("nccl");
   std::cout << "rayless " << RAYLESS_VERSION << "\n"
             << "libtorch " << TORCH_VERSION << " (CUDA " << (at::hasCUDA() ? "yes" : "no") << ")\n"
             << "nccl " << (nccl ? nccl->library_version() : "not built (configure with -DRAYLESS_CUDA=ON and a CUDA LibTorch)")
             << "\n"
             << "mpi " << mpi << "\n"
-            << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << std::endl;
+            << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << "\n"
+            << "allocator " << allocator << std::endl;
   return 0;
 }
 

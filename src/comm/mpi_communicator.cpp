@@ -1,5 +1,5 @@
 // The MPI backend (CPU tensors, host metadata) and the single-process backend.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <climits>

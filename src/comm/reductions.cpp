@@ -1,4 +1,4 @@
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <limits>

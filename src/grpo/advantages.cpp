@@ -1,6 +1,6 @@
 #include "rayless/grpo/advantages.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <limits>

@@ -3,7 +3,7 @@
 // quantile_rank + interpolate_quantile, so they return the same float32 bit for bit.
 #include "rayless/grpo/entropy_threshold.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <cstring>

@@ -1,6 +1,7 @@
 #include "rayless/grpo/logprobs.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include "rayless/base/error.h"
 

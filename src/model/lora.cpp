@@ -1,6 +1,6 @@
 #include "rayless/model/lora.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>

@@ -3,6 +3,8 @@
 // transformers: RMSNorm and RoPE tables computed in float32 and cast back, positions = cumsum(mask) - 1.
 #include "rayless/model/model.h"
 
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <set>
 
 #include "rayless/base/error.h"

@@ -1,7 +1,7 @@
 #include "rayless/model/projection.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 

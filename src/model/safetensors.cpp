@@ -11,6 +11,8 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
 

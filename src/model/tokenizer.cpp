@@ -3,6 +3,7 @@
 // Unicode classes) splits the rest, bytes map to printable characters (GPT-2's table), merges are
 // applied by rank, and decoding maps characters back to bytes with a lossy UTF-8 conversion.
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <nlohmann/json.hpp>
 #include <pcre2.h>
 
 #include <mutex>

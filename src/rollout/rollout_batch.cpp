@@ -1,6 +1,6 @@
 #include "rayless/rollout/rollout_batch.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 

@@ -1,6 +1,8 @@
 #include "rayless/runtime/runtime.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include "rayless/base/config.h"
@@ -78,8 +81,14 @@ std::string Runtime::placement() const {
 int Runtime::configure_threads(int64_t threads_per_rank) {
   int threads = static_cast<int>(threads_per_rank);
   if (threads <= 0) {
-    int cores = static_cast<int>(std::thread::hardware_concurrency());
-    threads = std::max(1, std::max(1, cores) / std::max(1, local_size_));
+    // The cores this rank may run on: a rank that Slurm (--cpus-per-task) or mpirun (--bind-to) bound
+    // gets exactly its own; an unbound one sees the whole node and takes its share of it.
+    const int node_cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    const int bound_cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed) : node_cores;
+    threads = bound_cores < node_cores ? bound_cores : node_cores / std::max(1, local_size_);
+    threads = std::max(1, threads);
   }
   torch::set_num_threads(threads);
   return threads;

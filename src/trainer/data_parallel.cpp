@@ -1,6 +1,6 @@
 #include "rayless/trainer/data_parallel.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <map>
 

@@ -1,7 +1,7 @@
 // Stage 0 (every rank holds everything), the pieces all stages share, and the factory.
 #include "rayless/trainer/optimizer.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <torch/serialize.h>
 
 #include <chrono>

@@ -1,6 +1,6 @@
 #include "rayless/trainer/step_metrics.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <map>

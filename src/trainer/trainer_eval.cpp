@@ -2,7 +2,7 @@
 // by the current policy (greedy unless eval.greedy = false), scored by the training reward functions.
 // Metrics take TRL's names with its eval_ prefix; the completions go to their own store,
 // OUTPUT/rollouts/eval/, numbered by the optimizer step they were taken after.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"

@@ -2,7 +2,7 @@
 // replayed from a file), score them, advantages over the whole batch, old/reference log-probs, the
 // store. Each step is one call into the module that owns it.
 #include <ATen/autocast_mode.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <optional>
 

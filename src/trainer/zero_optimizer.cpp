@@ -2,7 +2,7 @@
 #include "rayless/trainer/zero_optimizer.h"
 
 #include <torch/serialize.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1,3 +1,11 @@
 # `rayless-bench init-model` (tools/bench): seeded, reproducible HF directories.
 add_test(NAME bench-init-model COMMAND ${CMAKE_CURRENT_LIST_DIR}/init_model.sh $<TARGET_FILE:rayless-bench>)
 set_tests_properties(bench-init-model PROPERTIES TIMEOUT 120 LABELS e2e)
+# The benchmark harness (tools/bench/compare.py): its settings table, checked without running TRL.
+add_test(NAME bench-compare-equal-settings COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_equal_settings.sh)
+# `rayless-bench decode` runs and prints its table (a smoke check; the figures are for docs/benchmarks.md)
+add_test(NAME bench-decode-prints-limits
+         COMMAND $<TARGET_FILE:rayless-bench> decode --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json
+                 --rows 1,4 --steps 3)
+set_tests_properties(bench-decode-prints-limits PROPERTIES TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "decode floor.*\\| 4 \\| [0-9.]+ \\| [0-9.]+ \\|")

@@ -1,7 +1,7 @@
 # comm: fault scenarios under mpiexec (a wrapper checks exit code and how often a message appears).
 add_executable(comm-faults ${CMAKE_CURRENT_LIST_DIR}/programs/faults.cpp)
 target_link_libraries(comm-faults PRIVATE rayless_comm)
-target_precompile_headers(comm-faults REUSE_FROM rayless_base)
+rayless_use_pch(comm-faults)
 
 function(rayless_comm_fault_test name np expected pattern times)
   add_test(NAME comm-fault-${name}-np${np}

@@ -4,7 +4,7 @@ set(trainer_env "${RAYLESS_MPI_ENV}")
 add_executable(train-until-signal ${CMAKE_CURRENT_LIST_DIR}/programs/train_until_signal.cpp)
 target_link_libraries(train-until-signal PRIVATE rayless_core)
 target_include_directories(train-until-signal PRIVATE ${CMAKE_SOURCE_DIR}/src)
-target_precompile_headers(train-until-signal REUSE_FROM rayless_base)
+rayless_use_pch(train-until-signal)
 add_test(NAME trainer-resume-mid-cycle-np2
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/resume_exact.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal> 2 2)
 add_test(NAME trainer-resume-mid-accumulation-np2

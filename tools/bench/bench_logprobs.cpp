@@ -8,6 +8,7 @@
 // (inputs and parameters excluded, their gradients included). Library-internal scratch (oneDNN/MKL
 // workspaces) is not tensor storage and is not counted.
 #include <c10/core/CPUAllocator.h>
+#include <torch/utils.h>
 
 #include <atomic>
 #include <chrono>

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <torch/cuda.h>
+
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/model/hf_checkpoint.h"

@@ -2,7 +2,7 @@
 // from the model's parameter tensors and the sharded optimizer's layout (ShardLayout, the same code
 // the trainer runs), for a config.json and several world sizes. Builds the model once (its weights
 // are never trained) and prints a Markdown table for docs/benchmarks.md.
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdio>
 #include <iostream>

@@ -7,6 +7,7 @@ namespace rayless::cli {
 int bench_logprobs(const Args& args);   // bench_logprobs.cpp
 int bench_threshold(const Args& args);  // bench_threshold.cpp (run under mpirun)
 int bench_model(const Args& args);      // bench_model.cpp
+int bench_decode(const Args& args);     // bench_decode.cpp: one decode step vs the machine's limits
 int bench_rollouts(const Args& args);   // bench_rollouts.cpp
 int bench_zero_memory(const Args& args);  // bench_zero_memory.cpp: bytes per rank at each ZeRO stage
 int init_model(const Args& args);       // init_model.cpp: seeded HF model directory from a config.json

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
                   {{"logprobs", bench_logprobs, "naive vs selective vs fused log-probs: peak memory and time"},
                    {"threshold", bench_threshold, "entropy threshold: gather vs select, bytes per rank and time (mpirun)"},
                    {"model", bench_model, "forward+backward and generation tokens/s, achieved FLOP/s"},
+                   {"decode", bench_decode, "one KV-cached decode step at 1 and 32 rows vs weight streaming and matmul"},
                    {"rollouts", bench_rollouts, "rollout tokens/s and rollout-store write/read time"},
                    {"zero-memory", bench_zero_memory, "parameters, gradients and AdamW state per rank at ZeRO stages 0/1/2"},
                    {"init-model", init_model, "seeded HF model directory from a config.json"}},

@@ -21,25 +21,53 @@ import sys
 import time
 
 
-def parse_args():
+def parse_args(argv=None):
+    """Parses run_trl.py's arguments (argv=None: sys.argv). compare.py calls it too, with the arguments it
+    is about to pass, to read back what TRL will be given for its equal-settings table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="HF model directory written by `rayless-bench init-model`")
     p.add_argument("--prompts", required=True, help="JSONL prompts with a 'prompt' field")
     p.add_argument("--output", required=True, help="run directory (metrics.jsonl goes here)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of this process")
+    p.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
+                   help="dtype the model is loaded in")
+    p.add_argument("--gradient-checkpointing", choices=["true", "false"], required=True,
+                   help="required, as GRPOConfig would default to true: compare.py gives both tools the "
+                        "same value")
     p.add_argument("--num-generations", type=int, required=True)
     p.add_argument("--max-completion-length", type=int, required=True)
     p.add_argument("--per-device-train-batch-size", type=int, required=True)
     p.add_argument("--gradient-accumulation-steps", type=int, default=1)
     p.add_argument("--learning-rate", type=float, required=True)
+    p.add_argument("--lr-scheduler-type", default="constant")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--num-iterations", type=int, required=True)
     p.add_argument("--loss-type", required=True)
     p.add_argument("--beta", type=float, required=True)
     p.add_argument("--temperature", type=float, required=True)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
     p.add_argument("--max-steps", type=int, required=True)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--length-target", type=int, required=True)
-    return p.parse_args()
+    args = p.parse_args(argv)
+    args.gradient_checkpointing = args.gradient_checkpointing == "true"
+    return args
+
+
+def grpo_config_kwargs(args):
+    """Every GRPOConfig argument this script sets. A function of its own so that compare.py can show
+    exactly these values, next to rayless's, without importing TRL."""
+    # taken as given on the command line (compare.py passes every one of them explicitly)
+    passed_through = ["seed", "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+                      "num_generations", "max_completion_length", "learning_rate", "lr_scheduler_type",
+                      "weight_decay", "max_grad_norm", "num_iterations", "loss_type", "beta", "temperature",
+                      "top_p", "top_k", "max_steps"]
+    fixed = dict(output_dir=os.path.join(args.output, "trl"), use_cpu=True, warmup_steps=0, logging_steps=1,
+                 save_strategy="no", report_to="none", disable_tqdm=True, bf16=False, fp16=False,
+                 dataloader_num_workers=0, log_completions=False)
+    return {**fixed, **{name: getattr(args, name) for name in passed_through}}
 
 
 def main():
@@ -64,7 +92,7 @@ def main():
     dataset = load_dataset("json", data_files=args.prompts, split="train")
     dataset = dataset.select_columns(["prompt"])
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
 
     # Per-generation records written by the reward function; keyed by the optimizer step it serves.
     generations = {}
@@ -81,35 +109,7 @@ def main():
         }
         return [float(r) for r in rewards]
 
-    config = GRPOConfig(
-        output_dir=os.path.join(args.output, "trl"),
-        use_cpu=True,
-        seed=args.seed,
-        per_device_train_batch_size=args.per_device_train_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        num_generations=args.num_generations,
-        max_completion_length=args.max_completion_length,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        num_iterations=args.num_iterations,
-        loss_type=args.loss_type,
-        beta=args.beta,
-        temperature=args.temperature,
-        top_p=1.0,
-        top_k=0,
-        max_steps=args.max_steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        bf16=False,
-        fp16=False,
-        dataloader_num_workers=0,
-        log_completions=False,
-    )
+    config = GRPOConfig(**grpo_config_kwargs(args))
 
     class StepTimer(TrainerCallback):
         """Wall time per optimizer step and the generation share of it."""
@@ -173,6 +173,10 @@ def main():
         "tool": "trl",
         "threads": torch.get_num_threads(),
         "parameters": n_params,
+        "gradient_checkpointing": config.gradient_checkpointing,
+        # read from the model's layers after training: shows that TRL applied the setting, not only stored it
+        "gradient_checkpointing_active": any(
+            getattr(m, "gradient_checkpointing", False) is True for m in trainer.model.modules()),
         "versions": {
             "trl": __import__("trl").__version__,
             "transformers": __import__("transformers").__version__,

@@ -175,7 +175,7 @@ struct LoraConfig {
 struct DistributedConfig {
   std::string backend = "auto";                     // auto | mpi | nccl
   double collective_timeout_s = 300.0;              // watchdog deadline per collective
-  int64_t threads_per_rank = 0;                     // 0 = cores on the node / ranks on the node
+  int64_t threads_per_rank = 0;                     // 0 = the cores the rank is bound to; unbound: node cores / node ranks
   int64_t bucket_size_mb = 0;                       // gradient allreduce bucket size; 0 = by backend
   int64_t zero_stage = 0;                           // 0 replicated, 1 sharded AdamW state, 2 + sharded gradients
 };

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include <sched.h>
+
 #include "rayless/comm/communicator.h"
 #include "rayless/base/error.h"
 #include "mpi_test_runtime.h"
@@ -28,7 +30,14 @@ TEST_CASE("runtime: ranks, node-local rank and threads") {
   // every rank of a ctest run shares this node
   CHECK(rt.local_size() == world_size);
   CHECK(rt.local_rank() == world_rank);
-  const int expected = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
+  // mpiexec may bind each rank to its cores (Open MPI binds to a core at np <= 2): a bound rank takes
+  // exactly its cores, an unbound one its share of the node
+  const int node_cores = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  const int bound_cores = CPU_COUNT(&allowed);
+  const int expected = std::max(1, bound_cores < node_cores ? bound_cores : node_cores / world_size);
   CHECK(rt.configure_threads(0) == expected);
   CHECK(torch::get_num_threads() == expected);
   CHECK(rt.configure_threads(1) == 1);

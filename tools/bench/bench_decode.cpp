@@ -1,0 +1,150 @@
+// rayless bench decode: one KV-cached decode step (the trainer's generation loop: forward of one new
+// token per row, then the LM head) at 1 and 32 rows, next to the two limits the machine sets:
+//   * 1 row streams every weight once per step, so its floor is weight bytes / memory read rate;
+//   * many rows turn the step into matmuls, so its ceiling is the measured matmul rate.
+// It also counts the ATen operator calls one step makes (RecordFunction; nested calls included), the
+// fixed per-step cost that small batches pay.
+#include <ATen/record_function.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/benches.h"
+#include "cli/options.h"
+#include "rayless/base/files.h"
+#include "rayless/model/model.h"
+
+namespace rayless::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+template <typename F>
+double best_seconds(int repeats, F&& run) {
+  run();  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = Clock::now();
+    run();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+// float32 linear shaped like the model's MLP on a training batch: the kernel the layers call
+double matmul_gflops(const ModelArchConfig& c) {
+  auto x = torch::randn({4096, c.hidden_size}), w = torch::randn({c.intermediate_size, c.hidden_size});
+  return 2.0 * 4096 * c.hidden_size * c.intermediate_size / best_seconds(5, [&] { torch::linear(x, w); }) / 1e9;
+}
+
+// A 1 GiB matrix times a vector: far larger than any cache, and the access a 1-row decode step makes
+// (it reads faster than a plain sum over the same bytes, so it is the fairer floor)
+double read_gbs() {
+  auto big = torch::randn({16384, 16384}), v = torch::randn({16384});
+  return double(big.numel()) * 4 / best_seconds(3, [&] { torch::mv(big, v); }) / 1e9;
+}
+
+std::atomic<int64_t> operator_calls{0};
+std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction&) {
+  ++operator_calls;
+  return nullptr;
+}
+
+struct DecodeRow {
+  int64_t rows;
+  double step_ms, operator_calls;
+};
+
+DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t steps) {
+  auto ids = torch::randint(1, std::min<int64_t>(model->config().vocab_size, 200), {rows, prompt_len}, torch::kLong);
+  KVCache cache;
+  cache.capacity_hint = prompt_len + steps + 2;
+  auto mask = torch::ones({rows, prompt_len}, torch::kLong);
+  model->forward_hidden(ids, mask, {}, &cache);
+  auto next = ids.select(1, prompt_len - 1).unsqueeze(1);
+  auto position = torch::full({rows, 1}, prompt_len, torch::kLong);
+  auto step = [&] {
+    mask = torch::cat({mask, torch::ones({rows, 1}, torch::kLong)}, 1);
+    auto hidden = model->forward_hidden(next, mask, position, &cache);
+    model->logits(hidden.select(1, 0)).argmax(-1);
+    position = position + 1;
+  };
+  step();  // warm-up
+  operator_calls = 0;
+  auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(count_call).scopes({at::RecordScope::FUNCTION}));
+  step();
+  at::removeCallback(handle);
+  const double calls = double(operator_calls.load());
+  std::vector<double> times;
+  for (int64_t s = 0; s < steps; ++s) {
+    const auto start = Clock::now();
+    step();
+    times.push_back(seconds_since(start));
+  }
+  std::nth_element(times.begin(), times.begin() + steps / 2, times.end());
+  return {rows, 1e3 * times[static_cast<size_t>(steps / 2)], calls};
+}
+
+}  // namespace
+
+int bench_decode(const Args& args) {
+  po::options_description options("rayless-bench decode");
+  std::string config_json, rows_list;
+  int64_t steps = 32, prompt_len = 32;
+  options.add_options()("config-json", po::value(&config_json)->required(), "HF config.json of the model shape")(
+      "rows", po::value(&rows_list)->default_value("1,32"), "decode batch sizes, comma-separated")(
+      "steps", po::value(&steps)->default_value(32), "timed decode steps per batch size (the median is shown)")(
+      "prompt-length", po::value(&prompt_len)->default_value(32), "tokens in the cache before the timed steps");
+  po::variables_map vm;
+  if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
+  nlohmann::json raw;
+  try {
+    raw = nlohmann::json::parse(read_text_file(config_json));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(str(config_json, ": not valid JSON: ", e.what()));
+  }
+  const ModelArchConfig config = ModelArchConfig::from_json(raw, config_json);
+  inputCheck(steps >= 1 && prompt_len >= 1, "bench decode: --steps and --prompt-length must be >= 1");
+  std::vector<int64_t> batch_sizes;
+  std::stringstream list(rows_list);
+  for (std::string item; std::getline(list, item, ',');) {
+    inputCheck(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && std::stoll(item) >= 1,
+               "bench decode: --rows must list positive integers, got \"", rows_list, "\"");
+    batch_sizes.push_back(std::stoll(item));
+  }
+
+  c10::InferenceMode inference;
+  CausalLM model(config);
+  model->init_weights(1);
+  model->eval();
+  const double parameters = double(config.num_parameters());
+  // weights a decode step reads: every matrix once, the LM head included, the embedding lookup not
+  const double streamed = config.tie_word_embeddings ? parameters : parameters - double(config.vocab_size) * config.hidden_size;
+  const double matmul = matmul_gflops(config), bandwidth = read_gbs();
+  const double floor_ms = 1e3 * streamed * 4 / (bandwidth * 1e9);
+  std::printf("model: %.1fM parameters, %.1f MB of float32 weights read per decode step; %d thread(s)\n",
+              parameters / 1e6, streamed * 4 / 1e6, at::get_num_threads());
+  std::printf("machine: float32 matmul %.1f GFLOP/s ([4096 x %lld] x [%lld x %lld]), memory read %.1f GB/s (1 GiB matrix-vector)\n",
+              matmul, (long long)config.hidden_size, (long long)config.intermediate_size, (long long)config.hidden_size,
+              bandwidth);
+  std::printf("decode floor (weights read once at that rate): %.2f ms per step\n\n", floor_ms);
+  std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step |\n"
+               "|---|---|---|---|---|---|\n";
+  for (int64_t rows : batch_sizes) {
+    const DecodeRow r = time_decode(model, rows, prompt_len, steps);
+    const double gflops = 2.0 * streamed * double(rows) / (r.step_ms * 1e-3) / 1e9;
+    std::printf("| %lld | %.2f | %.2f | %.1f | %.0f %% | %.0f |\n", (long long)rows, r.step_ms, r.step_ms / floor_ms,
+                gflops, 100.0 * gflops / matmul, r.operator_calls);
+  }
+  return 0;
+}
+
+}  // namespace rayless::cli
