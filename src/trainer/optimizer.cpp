@@ -91,11 +91,7 @@ class ReplicatedOptimizer final : public Optimizer {
   void write_state(const std::filesystem::path& path) override { torch::save(*adamw_, path.string()); }
   void load_state(const std::filesystem::path& path) override { torch::load(*adamw_, path.string()); }
 
-  std::vector<torch::Tensor> accumulated_gradients() override {
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : parameters_) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
-    return grads;
-  }
+  std::vector<torch::Tensor> accumulated_gradients() override { return parameter_gradients(parameters_); }
   void set_accumulated_gradients(const std::vector<torch::Tensor>& gradients) override {
     set_parameter_gradients(parameters_, gradients);
   }
@@ -121,6 +117,12 @@ class ReplicatedOptimizer final : public Optimizer {
 };
 
 }  // namespace
+
+std::vector<torch::Tensor> parameter_gradients(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+  return grads;
+}
 
 void set_parameter_gradients(const std::vector<torch::Tensor>& parameters, const std::vector<torch::Tensor>& gradients) {
   inputCheck(gradients.size() == parameters.size(), "saved gradients: ", gradients.size(), " tensors for ",

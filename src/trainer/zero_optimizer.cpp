@@ -99,7 +99,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& comm, std::vector<torch::Tensor> para
 }
 
 torch::Tensor ZeroOptimizer::owned_values(const ShardBucket& bucket, const std::vector<torch::Tensor>& full) const {
-  torch::Tensor out = torch::zeros({bucket.slice}, parameters_[0].options().requires_grad(false));
+  torch::Tensor out = torch::zeros({bucket.slice}, slice_options());
   for (const ShardPiece& piece : bucket.owned)
     out.narrow(0, piece.bucket_offset, piece.length)
         .copy_(flat_view(full[piece.parameter]).narrow(0, piece.parameter_offset, piece.length));
@@ -113,7 +113,7 @@ void ZeroOptimizer::reduce_scatter_gradients() {
   const auto& buckets = layout_.buckets();
   for (size_t k = 0; k < buckets.size(); ++k) {
     const ShardBucket& bucket = buckets[k];
-    torch::Tensor packed = torch::zeros({bucket.slice * world}, parameters_[0].options().requires_grad(false));
+    torch::Tensor packed = torch::zeros({bucket.slice * world}, slice_options());
     for (const ShardPiece& piece : bucket.pieces) {
       const torch::Tensor& grad = parameters_[piece.parameter].grad();
       if (grad.defined())
@@ -150,7 +150,7 @@ double ZeroOptimizer::step(int64_t step) {
   const auto& buckets = layout_.buckets();
   for (size_t k = 0; k < buckets.size(); ++k)
     if (!gradient_slices_[k].defined())
-      gradient_slices_[k] = torch::zeros({buckets[k].slice}, parameters_[0].options().requires_grad(false));
+      gradient_slices_[k] = torch::zeros({buckets[k].slice}, slice_options());
   const double grad_norm = clip_gradients();
 
   // AdamW exactly as torch::optim::AdamW computes it, on this rank's slices
@@ -251,15 +251,12 @@ void ZeroOptimizer::load_state(const std::filesystem::path& path) {
 }
 
 std::vector<torch::Tensor> ZeroOptimizer::accumulated_gradients() {
+  if (stage_ == 1) return parameter_gradients(parameters_);
   std::vector<torch::Tensor> out;
-  if (stage_ == 1) {
-    for (const auto& p : parameters_) out.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
-    return out;
-  }
   const auto& buckets = layout_.buckets();
   for (size_t k = 0; k < buckets.size(); ++k)
     out.push_back(gradient_slices_[k].defined() ? gradient_slices_[k]
-                                                : torch::zeros({buckets[k].slice}, parameters_[0].options().requires_grad(false)));
+                                                : torch::zeros({buckets[k].slice}, slice_options()));
   return out;
 }
 
@@ -271,7 +268,7 @@ void ZeroOptimizer::set_accumulated_gradients(const std::vector<torch::Tensor>& 
   for (size_t k = 0; k < buckets.size(); ++k) {
     inputCheck(gradients[k].numel() == buckets[k].slice, "saved gradient slice ", k, " has ", gradients[k].numel(),
                " elements, this rank's slice ", buckets[k].slice);
-    gradient_slices_[k] = gradients[k].to(parameters_[0].options().requires_grad(false)).reshape({-1}).clone();
+    gradient_slices_[k] = gradients[k].to(slice_options()).reshape({-1}).clone();
   }
 }
 

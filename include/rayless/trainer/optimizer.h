@@ -79,8 +79,9 @@ class Optimizer {
 std::unique_ptr<torch::optim::AdamW> make_grouped_adamw(const std::vector<torch::Tensor>& parameters,
                                                         const OptimConfig& config);
 
-// p.grad = gradients[i] for every parameter (a checkpoint taken between optimizer steps); InputError
-// when the counts or shapes differ.
+// Every parameter's gradient, zeros where backward left none (what a checkpoint between optimizer
+// steps saves), and the reverse: p.grad = gradients[i], InputError when the counts or shapes differ.
+std::vector<torch::Tensor> parameter_gradients(const std::vector<torch::Tensor>& parameters);
 void set_parameter_gradients(const std::vector<torch::Tensor>& parameters, const std::vector<torch::Tensor>& gradients);
 
 // The gradient norm as every stage measures it: squares summed in float64 whatever the gradients'

@@ -76,6 +76,8 @@ class ZeroOptimizer final : public Optimizer {
   void reduce_scatter_gradients();
   torch::Tensor owned_values(const ShardBucket& bucket, const std::vector<torch::Tensor>& full) const;
   double clip_gradients();  // global norm over all ranks' slices; returns it before clipping
+  // flat slices, buckets and moments: the parameters' dtype and device, outside autograd
+  torch::TensorOptions slice_options() const { return parameters_[0].options().requires_grad(false); }
 
   Communicator& comm_;
   std::vector<torch::Tensor> parameters_;
