@@ -9,3 +9,9 @@ add_test(NAME bench-decode-prints-limits
                  --rows 1,4 --steps 3)
 set_tests_properties(bench-decode-prints-limits PROPERTIES TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "decode floor.*\\| 4 \\| [0-9.]+ \\| [0-9.]+ \\|")
+# bad input: a --rows list that is not positive integers, a config.json that is not JSON: one line, exit 2
+add_test(NAME bench-decode-bad-rows-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/expect_one_line_exit2.sh
+         "--rows must list positive integers" $<TARGET_FILE:rayless-bench> decode
+         --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json --rows 1,x)
+add_test(NAME bench-decode-bad-json-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/expect_one_line_exit2.sh
+         "not valid JSON" $<TARGET_FILE:rayless-bench> decode --config-json ${CMAKE_SOURCE_DIR}/configs/demo.toml)
