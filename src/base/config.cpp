@@ -339,6 +339,7 @@ void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("generation.repetition_penalty", REF(generation.repetition_penalty), 1e-6, kInf, "CTRL-style penalty on tokens already in prompt or completion (1 = off)"));
   f.push_back(string_list_field("generation.stop_strings", REF(generation.stop_strings), "completion ends after the first of these strings"));
   f.push_back(int_list_field("generation.eos_token_ids", REF(generation.eos_token_ids), 0, "end-of-sequence ids; empty = the tokenizer's and generation_config.json's"));
+  f.push_back(bool_field("generation.fused_weights", REF(generation.fused_weights), "decode with q/k/v and gate/up each fused into one matmul and, on CPUs with oneDNN, weights packed once per generation: faster, costs one copy of the layer weights while generating (false = the separate weights)"));
   // [reward]
   f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: built-ins length, format, answer, repetition, worker; any other name is a [reward.workers.NAME] or [reward.models.NAME] table (below)"));
   f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));

@@ -5,10 +5,12 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <ATen/ops/silu_backward.h>
 #include <set>
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/model/lora.h"
 
 namespace rayless {
 
@@ -295,9 +297,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
         .index_copy(0, token_index, projected)
         .view({b, t, heads, head_dim});
   };
-  auto q = to_padded(q_proj(x), num_heads);
-  auto k = to_padded(k_proj(x), num_kv_heads);
-  auto v = to_padded(v_proj(x), num_kv_heads).transpose(1, 2);
+  const bool decoding = decoding_qkv.defined() && !torch::GradMode::is_enabled();
+  torch::Tensor q, k, v;
+  if (decoding) {
+    auto qkv = to_padded(decoding_qkv(x), num_heads + 2 * num_kv_heads);
+    q = qkv.narrow(2, 0, num_heads);
+    k = qkv.narrow(2, num_heads, num_kv_heads);
+    v = qkv.narrow(2, num_heads + num_kv_heads, num_kv_heads).transpose(1, 2);
+  } else {
+    q = to_padded(q_proj(x), num_heads);
+    k = to_padded(k_proj(x), num_kv_heads);
+    v = to_padded(v_proj(x), num_kv_heads).transpose(1, 2);
+  }
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
@@ -311,7 +322,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
                                               /*enable_gqa=*/num_kv_heads != num_heads);
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
   if (packed) out = out.view({b * t, num_heads * head_dim}).index_select(0, token_index);
-  return o_proj(out);
+  return decoding ? decoding_o(out) : o_proj(out);
 }
 
 MLPImpl::MLPImpl(const ModelArchConfig& c) {
@@ -320,7 +331,40 @@ MLPImpl::MLPImpl(const ModelArchConfig& c) {
   down_proj = register_module("down_proj", projection(c.intermediate_size, c.hidden_size, false));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+namespace {
+// silu(gate) * up, keeping only gate and up for backward (autograd's two ops would also keep
+// silu(gate), an intermediate-sized tensor per token and layer: the largest activation of training).
+// The backward is autograd's own arithmetic (mul's and silu_backward), so gradients are bit-for-bit
+// the same.
+struct SiluTimes : public torch::autograd::Function<SiluTimes> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    return torch::silu(gate) * up;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& gate = saved[0];
+    const auto& up = saved[1];
+    const auto& grad = grad_outputs[0];
+    return {at::silu_backward(grad * up, gate), grad * torch::silu(gate)};
+  }
+};
+}  // namespace
+
+torch::Tensor silu_times(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (!torch::GradMode::is_enabled()) return torch::silu(gate) * up;
+  return SiluTimes::apply(gate, up);
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (decoding_gate_up.defined() && !torch::GradMode::is_enabled()) {
+    const auto gate_up = decoding_gate_up(x);
+    const int64_t intermediate = gate_up.size(-1) / 2;
+    return decoding_down(torch::silu(gate_up.narrow(-1, 0, intermediate)) * gate_up.narrow(-1, intermediate, intermediate));
+  }
+  return down_proj(silu_times(gate_proj(x), up_proj(x)));
+}
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelArchConfig& c) {
   self_attn = register_module("self_attn", Attention(c));
@@ -500,6 +544,28 @@ std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::hf_state() cons
   for (const auto& item : named_parameters(true))
     if (!is_lora_parameter(item.key())) out.emplace_back(item.key(), item.value().detach());
   return out;
+}
+
+FusedDecodingWeights::FusedDecodingWeights(CausalLM& model) : model_(model) {
+  if (has_lora_adapters(model_)) return;  // an adapter adds to its own projection's output
+  for (size_t i = 0; i < model_->model->layers->size(); ++i) {
+    auto layer = model_->model->layers->ptr<DecoderLayerImpl>(i);
+    auto& attn = *layer->self_attn;
+    auto& mlp = *layer->mlp;
+    attn.decoding_qkv = DecodingLinear({attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight},
+                                       {attn.q_proj->bias, attn.k_proj->bias, attn.v_proj->bias});
+    attn.decoding_o = DecodingLinear({attn.o_proj->weight}, {attn.o_proj->bias});
+    mlp.decoding_gate_up = DecodingLinear({mlp.gate_proj->weight, mlp.up_proj->weight}, {torch::Tensor(), torch::Tensor()});
+    mlp.decoding_down = DecodingLinear({mlp.down_proj->weight}, {torch::Tensor()});
+  }
+}
+
+FusedDecodingWeights::~FusedDecodingWeights() {
+  for (size_t i = 0; i < model_->model->layers->size(); ++i) {
+    auto layer = model_->model->layers->ptr<DecoderLayerImpl>(i);
+    layer->self_attn->decoding_qkv = layer->self_attn->decoding_o = DecodingLinear();
+    layer->mlp->decoding_gate_up = layer->mlp->decoding_down = DecodingLinear();
+  }
 }
 
 bool is_lora_parameter(const std::string& name) {

@@ -79,6 +79,8 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
 
   auto [prompt_ids, prompt_mask] = left_pad(prompts, params.pad_id);
   const int64_t prompt_len = prompt_ids.size(1);
+  std::optional<FusedDecodingWeights> fused;
+  if (params.fused_weights) fused.emplace(model);
   KVCache cache;
   cache.capacity_hint = prompt_len + params.max_new_tokens;
   // prefill the distinct prompts once, then repeat cache and last hidden state per generation
@@ -225,6 +227,7 @@ SamplingParams sampling_params_from_config(const GenerationConfig& config, const
   params.eos_ids = config.eos_token_ids.empty() ? tokenizer.eos_ids() : config.eos_token_ids;
   params.stop_strings = config.stop_strings;
   params.pad_id = tokenizer.pad_id();
+  params.fused_weights = config.fused_weights;
   return params;
 }
 

@@ -5,6 +5,8 @@
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/model/safetensors.h"
 
+#include <optional>
+
 using namespace rayless;
 
 namespace {
@@ -190,4 +192,54 @@ TEST_CASE("bfloat16 forward stays close to float32") {
   auto a = model->forward(ids);
   auto b = half->forward(ids).to(torch::kFloat32);
   CHECK((a - b).abs().max().item<double>() < 0.05 * a.abs().max().item<double>() + 0.05);
+}
+
+// Generation runs the layers on fused (and, with oneDNN, packed) copies of the weights; the logits
+// must equal the separate projections' up to float rounding, on the packed path (>= 4 rows), the
+// path that falls back to the separate parts (< 4 rows) and the prefill (many rows).
+TEST_CASE("fused decoding weights give the separate projections' logits") {
+  CausalLM model(tiny_config());
+  model->init_weights(11);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  for (int64_t rows : {2, 8}) {
+    auto ids = torch::randint(0, 256, {rows, 7}, torch::kLong);
+    auto mask = torch::ones({rows, 7}, torch::kLong);
+    mask.narrow(1, 0, 2)[0].fill_(0);  // row 0 is left-padded by 2
+    auto decode = [&](bool fuse) {
+      std::optional<FusedDecodingWeights> fused;
+      if (fuse) fused.emplace(model);
+      KVCache cache;
+      std::vector<torch::Tensor> steps{model->logits(model->forward_hidden(ids.narrow(1, 0, 4), mask.narrow(1, 0, 4), {}, &cache))};
+      for (int64_t t = 4; t < 7; ++t)
+        steps.push_back(model->logits(model->forward_hidden(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), {}, &cache)));
+      return torch::cat(steps, 1);
+    };
+    const auto separate = decode(false), fused = decode(true);
+    CAPTURE(rows);
+    CHECK(masked_max_error(fused, separate, mask) < 1e-5);
+  }
+  // the copies are gone once the guard is: a later pass uses the (updated) parameters
+  { FusedDecodingWeights fused(model); }
+  CHECK_FALSE(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->decoding_qkv.defined());
+}
+
+// The MLP's activation keeps fewer tensors for backward than autograd's silu and mul, with autograd's
+// own backward arithmetic: values and gradients must be bit-for-bit equal, in float32 and float64.
+TEST_CASE("silu_times gives autograd's value and gradients bit for bit") {
+  for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    auto gate = torch::randn({5, 7, 33}, dtype).mul_(3).requires_grad_(true);
+    auto up = torch::randn({5, 7, 33}, dtype).requires_grad_(true);
+    auto weight = torch::randn({5, 7, 33}, dtype);
+    auto lean = silu_times(gate, up);
+    auto [lean_gate, lean_up] = [&] {
+      auto g = torch::autograd::grad({(lean * weight).sum()}, {gate, up});
+      return std::make_pair(g[0], g[1]);
+    }();
+    auto plain = torch::silu(gate) * up;
+    auto g = torch::autograd::grad({(plain * weight).sum()}, {gate, up});
+    CHECK(torch::equal(lean, plain));
+    CHECK(torch::equal(lean_gate, g[0]));
+    CHECK(torch::equal(lean_up, g[1]));
+  }
 }

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -53,8 +55,11 @@ double read_gbs() {
 }
 
 std::atomic<int64_t> operator_calls{0};
-std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction&) {
+std::map<std::string, int64_t> calls_by_name;  // filled only with --op-names (one thread records)
+bool record_names = false;
+std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction& fn) {
   ++operator_calls;
+  if (record_names) ++calls_by_name[fn.name()];
   return nullptr;
 }
 
@@ -63,8 +68,10 @@ struct DecodeRow {
   double step_ms, operator_calls;
 };
 
-DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t steps) {
+DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t steps, bool fuse) {
   auto ids = torch::randint(1, std::min<int64_t>(model->config().vocab_size, 200), {rows, prompt_len}, torch::kLong);
+  std::optional<FusedDecodingWeights> fused;
+  if (fuse) fused.emplace(model);  // as generate() decodes
   KVCache cache;
   cache.capacity_hint = prompt_len + steps + 2;
   auto mask = torch::ones({rows, prompt_len}, torch::kLong);
@@ -79,6 +86,7 @@ DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t
   };
   step();  // warm-up
   operator_calls = 0;
+  calls_by_name.clear();
   auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(count_call).scopes({at::RecordScope::FUNCTION}));
   step();
   at::removeCallback(handle);
@@ -99,10 +107,13 @@ int bench_decode(const Args& args) {
   po::options_description options("rayless-bench decode");
   std::string config_json, rows_list;
   int64_t steps = 32, prompt_len = 32;
+  bool op_names = false, unfused = false;
   options.add_options()("config-json", po::value(&config_json)->required(), "HF config.json of the model shape")(
       "rows", po::value(&rows_list)->default_value("1,32"), "decode batch sizes, comma-separated")(
       "steps", po::value(&steps)->default_value(32), "timed decode steps per batch size (the median is shown)")(
-      "prompt-length", po::value(&prompt_len)->default_value(32), "tokens in the cache before the timed steps");
+      "prompt-length", po::value(&prompt_len)->default_value(32), "tokens in the cache before the timed steps")(
+      "op-names", po::bool_switch(&op_names), "also list the operator calls of one step by name")(
+      "unfused", po::bool_switch(&unfused), "separate q/k/v and gate/up matmuls (generate() fuses them), for comparison");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
   nlohmann::json raw;
@@ -121,6 +132,7 @@ int bench_decode(const Args& args) {
     batch_sizes.push_back(std::stoll(item));
   }
 
+  record_names = op_names;
   c10::InferenceMode inference;
   CausalLM model(config);
   model->init_weights(1);
@@ -139,10 +151,18 @@ int bench_decode(const Args& args) {
   std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step |\n"
                "|---|---|---|---|---|---|\n";
   for (int64_t rows : batch_sizes) {
-    const DecodeRow r = time_decode(model, rows, prompt_len, steps);
+    const DecodeRow r = time_decode(model, rows, prompt_len, steps, !unfused);
     const double gflops = 2.0 * streamed * double(rows) / (r.step_ms * 1e-3) / 1e9;
     std::printf("| %lld | %.2f | %.2f | %.1f | %.0f %% | %.0f |\n", (long long)rows, r.step_ms, r.step_ms / floor_ms,
                 gflops, 100.0 * gflops / matmul, r.operator_calls);
+    if (op_names) {
+      std::vector<std::pair<int64_t, std::string>> by_count;
+      for (const auto& [name, count] : calls_by_name) by_count.emplace_back(count, name);
+      std::sort(by_count.rbegin(), by_count.rend());
+      std::string line = "  calls by operator:";
+      for (const auto& [count, name] : by_count) line += str(" ", name, " ", count);
+      std::printf("%s\n", line.c_str());
+    }
   }
   return 0;
 }

@@ -55,6 +55,7 @@ struct GenerationConfig {
   double repetition_penalty = 1.0;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> eos_token_ids;       // empty = the tokenizer's / generation_config's
+  bool fused_weights = true;                // decode on fused, packed copies (FusedDecodingWeights)
 };
 
 // [reward.workers.NAME]: a reward worker of its own (a long-running process, docs/rewards.md).

@@ -5,6 +5,7 @@
 #include "rayless/model/projection.h"
 #include "rayless/base/choices.h"
 #include "rayless/model/attention_window.h"
+#include "rayless/model/decoding_linear.h"
 #include "rayless/model/rotary.h"
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -87,14 +88,22 @@ class AttentionImpl : public torch::nn::Module {
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
+  // q/k/v as one projection, and o, set only while a FusedDecodingWeights is alive and used only when
+  // no gradient is taken (copies, not parameters: not part of the state dict)
+  DecodingLinear decoding_qkv, decoding_o;
 };
 TORCH_MODULE(Attention);
+
+// silu(gate) * up, the MLP's activation. With gradients enabled it keeps only gate and up for
+// backward, not silu(gate) as autograd would (the gradients are bit-for-bit autograd's).
+torch::Tensor silu_times(const torch::Tensor& gate, const torch::Tensor& up);
 
 class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const ModelArchConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  DecodingLinear decoding_gate_up, decoding_down;  // as AttentionImpl::decoding_qkv
 };
 TORCH_MODULE(MLP);
 
@@ -164,6 +173,23 @@ class CausalLMImpl : public torch::nn::Module {
   bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(CausalLM);
+
+// While alive, every layer of `model` computes q/k/v with one matmul and gate/up with another, from
+// copies of the weights taken at construction, packed for oneDNN where LibTorch has it (see
+// decoding_linear.h); passes with gradients enabled keep the separate weights. It costs one copy of
+// the layers' weights while it lives. The copies do not follow later updates: hold it only while the
+// weights are fixed (one generation). Does nothing for a model with LoRA adapters (an adapter adds to
+// its own projection's output).
+class FusedDecodingWeights {
+ public:
+  explicit FusedDecodingWeights(CausalLM& model);
+  ~FusedDecodingWeights();
+  FusedDecodingWeights(const FusedDecodingWeights&) = delete;
+  FusedDecodingWeights& operator=(const FusedDecodingWeights&) = delete;
+
+ private:
+  CausalLM model_;
+};
 
 // Names of LoRA adapter tensors ("...q_proj.lora_A.weight"): not part of the HF state dict.
 bool is_lora_parameter(const std::string& name);

@@ -1,0 +1,69 @@
+// oneDNN's linear through the dispatcher: LibTorch registers the mkldnn:: ops but ships no C++
+// declarations for them.
+#include "rayless/model/decoding_linear.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+
+#include "rayless/base/error.h"
+
+namespace rayless {
+
+namespace {
+const std::optional<c10::OperatorHandle>& reorder_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchema({"mkldnn::_reorder_linear_weight", ""});
+  return op;
+}
+const std::optional<c10::OperatorHandle>& linear_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+  return op;
+}
+
+bool packable(const torch::Tensor& weight) {
+  return at::hasMKLDNN() && weight.device().is_cpu() && weight.scalar_type() == torch::kFloat32 && reorder_op() &&
+         linear_op();
+}
+
+torch::Tensor cat_or_undefined(const std::vector<torch::Tensor>& parts) {
+  if (parts.empty() || !parts.front().defined()) return {};
+  return parts.size() == 1 ? parts.front() : torch::cat(parts, 0);
+}
+}  // namespace
+
+DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& biases)
+    : weights_(weights), biases_(biases) {
+  runtimeCheck(!weights.empty() && weights.size() == biases.size(), "DecodingLinear: one bias slot per weight");
+  torch::NoGradGuard no_grad;
+  fused_bias_ = cat_or_undefined(biases);
+  if (packable(weights.front())) {
+    torch::jit::Stack stack{cat_or_undefined(weights).contiguous(), c10::IValue()};
+    reorder_op()->callBoxed(&stack);
+    packed_weight_ = stack.at(0).toTensor();
+  } else if (weights.size() > 1) {
+    fused_weight_ = cat_or_undefined(weights);
+  }
+}
+
+torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
+  const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(in, 1);
+  if (packed_weight_.defined() && rows >= kPackedMinRows) {
+    torch::jit::Stack stack{x.reshape({rows, in}).contiguous(), packed_weight_,
+                            fused_bias_.defined() ? c10::IValue(fused_bias_) : c10::IValue(),
+                            c10::IValue(std::string("none")), c10::IValue(c10::List<std::optional<at::Scalar>>()),
+                            c10::IValue(std::string(""))};
+    linear_op()->callBoxed(&stack);
+    auto sizes = x.sizes().vec();
+    const auto y = stack.at(0).toTensor();
+    sizes.back() = y.size(-1);
+    return y.view(sizes);
+  }
+  if (fused_weight_.defined()) return torch::linear(x, fused_weight_, fused_bias_);
+  if (weights_.size() == 1) return torch::linear(x, weights_.front(), biases_.front());
+  std::vector<torch::Tensor> outputs;
+  for (size_t i = 0; i < weights_.size(); ++i) outputs.push_back(torch::linear(x, weights_[i], biases_[i]));
+  return torch::cat(outputs, -1);
+}
+
+}  // namespace rayless
