@@ -26,8 +26,7 @@
 namespace rayless::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+using Clock = BenchClock;
 
 template <typename F>
 double best_seconds(int repeats, F&& run) {
@@ -116,13 +115,7 @@ int bench_decode(const Args& args) {
       "unfused", po::bool_switch(&unfused), "separate q/k/v and gate/up matmuls (generate() fuses them), for comparison");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
-  nlohmann::json raw;
-  try {
-    raw = nlohmann::json::parse(read_text_file(config_json));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(str(config_json, ": not valid JSON: ", e.what()));
-  }
-  const ModelArchConfig config = ModelArchConfig::from_json(raw, config_json);
+  const ModelArchConfig config = ModelArchConfig::from_json(read_json_file(config_json), config_json);
   inputCheck(steps >= 1 && prompt_len >= 1, "bench decode: --steps and --prompt-length must be >= 1");
   std::vector<int64_t> batch_sizes;
   std::stringstream list(rows_list);

@@ -17,8 +17,7 @@
 namespace rayless::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+using Clock = BenchClock;
 
 // Best of a few timed square matmuls in the dtype, through torch::linear (the kernel path the model's
 // layers take; a plain torch::mm in bf16 takes a much slower path on CPUs without bf16 instructions).

@@ -62,14 +62,14 @@ int bench_rollouts(const Args& args) {
   attrs.reward_names = {"length", "format"};
   attrs.config_hash = "bench";
   attrs.tokenizer_hash = "bench";
-  using Clock = std::chrono::steady_clock;
+  using Clock = BenchClock;
   double write_s = 0, read_s = 0, first_write_s = 0, last_write_s = 0;
   std::vector<Rollouts> data;
   for (int64_t s = 1; s <= steps; ++s) data.push_back(synthetic_step(s, completions, completion_tokens, prompt_tokens, generations, 2, with_ref));
   for (int64_t s = 1; s <= steps; ++s) {
     const auto start = Clock::now();
     write_rollouts(dir, data[s - 1], attrs);
-    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    const double took = seconds_since(start);
     write_s += took;
     if (s == 1) first_write_s = took;
     if (s == steps) last_write_s = took;
@@ -77,7 +77,7 @@ int bench_rollouts(const Args& args) {
   for (int64_t s = 1; s <= steps; ++s) {
     const auto start = Clock::now();
     const Rollouts r = read_rollouts(dir, s, 0, "bench", "bench");
-    read_s += std::chrono::duration<double>(Clock::now() - start).count();
+    read_s += seconds_since(start);
     runtimeCheck(torch::equal(r.completion_ids, data[s - 1].completion_ids), "bench rollouts: read back differs");
   }
   uintmax_t bytes = 0;

@@ -40,12 +40,7 @@ int bench_zero_memory(const Args& args) {
                      options, vm))
     return kExitOk;
   inputCheck(dtype_name == "float32" || dtype_name == "bfloat16", "--dtype: float32 or bfloat16, got ", dtype_name);
-  nlohmann::json raw;
-  try {
-    raw = nlohmann::json::parse(read_text_file(config_json));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(str(config_json, ": not valid JSON (", e.what(), ")"));
-  }
+  nlohmann::json raw = read_json_file(config_json);
   if (!raw.contains("vocab_size") || raw["vocab_size"].is_null()) raw["vocab_size"] = 261;  // the byte tokenizer's
   const ModelArchConfig arch = ModelArchConfig::from_json(raw, config_json);
   torch::NoGradGuard no_grad;

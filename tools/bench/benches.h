@@ -1,5 +1,10 @@
 // The commands of rayless-bench, one file each (they share the CLI's option parsing, src/cli/options.h).
 #pragma once
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 
 namespace rayless::cli {
@@ -11,5 +16,11 @@ int bench_decode(const Args& args);     // bench_decode.cpp: one decode step vs 
 int bench_rollouts(const Args& args);   // bench_rollouts.cpp
 int bench_zero_memory(const Args& args);  // bench_zero_memory.cpp: bytes per rank at each ZeRO stage
 int init_model(const Args& args);       // init_model.cpp: seeded HF model directory from a config.json
+
+// Shared by the commands (bench_common.cpp).
+using BenchClock = std::chrono::steady_clock;
+double seconds_since(BenchClock::time_point start);
+// The JSON in `file` (a model's config.json); InputError naming the file when it is not JSON.
+nlohmann::json read_json_file(const std::string& file);
 
 }  // namespace rayless::cli

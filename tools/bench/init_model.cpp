@@ -32,12 +32,7 @@ int init_model(const Args& args) {
     return kExitOk;
 
   inputCheck(!fs::exists(out_dir), "init-model: ", out_dir, " already exists (choose a new --out directory)");
-  nlohmann::json raw;
-  try {
-    raw = nlohmann::json::parse(read_text_file(config_json));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(str(config_json, ": not valid JSON (", e.what(), ")"));
-  }
+  nlohmann::json raw = read_json_file(config_json);
   inputCheck(raw.is_object(), config_json, ": expected a JSON object");
 
   const auto tokenizer = load_tokenizer(tokenizer_path);
