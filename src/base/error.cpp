@@ -1,5 +1,8 @@
 #include "rayless/base/error.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <iostream>
 
@@ -15,7 +18,17 @@ void print_error(const std::string& message) {
   for (char& c : line) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  std::cerr << "rayless: error: " << line << std::endl;
+  // One write() of the whole line: std::cerr is unbuffered, so each << would be a write of its own,
+  // and mpirun's abort notice (on the same pipe) could land between "rayless: error: " and the message.
+  // A write of up to PIPE_BUF bytes to a pipe is atomic; longer ones are finished in the loop.
+  std::cerr.flush();
+  const std::string out = "rayless: error: " + line + "\n";
+  for (size_t done = 0; done < out.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
 }
 
 std::string os_reason(int error_number) {
