@@ -1,6 +1,7 @@
 // Stage 0 (every rank holds everything), the pieces all stages share, and the factory.
 #include "rayless/trainer/optimizer.h"
 
+#include <ATen/Dispatch.h>
 #include <torch/types.h>
 #include <torch/serialize.h>
 
@@ -9,6 +10,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
+#include "rayless/trainer/adamw_update.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/lr_schedule.h"
 #include "rayless/trainer/zero_optimizer.h"
@@ -25,9 +27,26 @@ double Optimizer::scheduled_learning_rate(int64_t step) {
 
 double sum_of_squares(const torch::Tensor& t) {
   torch::NoGradGuard no_grad;
+  double sum = 0;
+  if (t.device().is_cpu()) {  // one pass, eight float64 partial sums (no float64 copy of the tensor)
+    const torch::Tensor flat = t.detach().contiguous();
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "sum_of_squares", [&] {
+      const scalar_t* x = flat.data_ptr<scalar_t>();
+      const int64_t n = flat.numel();
+      double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) {
+          const double v = static_cast<double>(x[i + j]);
+          partial[j] += v * v;
+        }
+      for (; i < n; ++i) partial[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+      sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+    });
+    return sum;
+  }
   constexpr int64_t kPiece = int64_t{1} << 20;
   const torch::Tensor flat = t.detach().reshape({-1});
-  double sum = 0;
   for (int64_t start = 0; start < flat.numel(); start += kPiece)
     sum += flat.narrow(0, start, std::min(kPiece, flat.numel() - start)).to(torch::kFloat64).square().sum().item<double>();
   return sum;
@@ -83,7 +102,7 @@ class ReplicatedOptimizer final : public Optimizer {
     clip_by_norm(gradients, grad_norm, config_.max_grad_norm);
     const double lr = scheduled_learning_rate(step);
     for (auto& group : adamw_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    adamw_->step();
+    single_pass_step();
     adamw_->zero_grad(true);
     return grad_norm;
   }
@@ -111,6 +130,39 @@ class ReplicatedOptimizer final : public Optimizer {
   int zero_stage() const override { return 0; }
 
  private:
+  // torch::optim::AdamW's step, in one pass per tensor (adamw_update.h), its state kept where
+  // torch's AdamW keeps it, so checkpoints keep torch's format: parameters without a gradient are
+  // skipped and get no state, as there.
+  void single_pass_step() {
+    torch::NoGradGuard no_grad;
+    for (auto& group : adamw_->param_groups()) {
+      const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+      runtimeCheck(!options.amsgrad(), "AdamW: amsgrad is not supported");
+      for (auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        auto& slot = adamw_->state()[p.unsafeGetTensorImpl()];
+        if (!slot) {
+          auto state = std::make_unique<torch::optim::AdamWParamState>();
+          state->step(0);
+          state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          slot = std::move(state);
+        }
+        auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+        state.step(state.step() + 1);
+        AdamWHyper hyper;
+        hyper.lr = options.lr();
+        hyper.beta1 = std::get<0>(options.betas());
+        hyper.beta2 = std::get<1>(options.betas());
+        hyper.eps = options.eps();
+        hyper.weight_decay = options.weight_decay();
+        hyper.step = state.step();
+        torch::Tensor param = p.detach(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
+        adamw_update(param, p.grad().contiguous(), exp_avg, exp_avg_sq, hyper);
+      }
+    }
+  }
+
   std::vector<torch::Tensor> parameters_;
   DataParallel& data_parallel_;
   std::unique_ptr<torch::optim::AdamW> adamw_;

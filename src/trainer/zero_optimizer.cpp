@@ -11,6 +11,7 @@
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
 #include "rayless/comm/communicator.h"
+#include "rayless/trainer/adamw_update.h"
 
 namespace rayless {
 
@@ -153,12 +154,9 @@ double ZeroOptimizer::step(int64_t step) {
       gradient_slices_[k] = torch::zeros({buckets[k].slice}, slice_options());
   const double grad_norm = clip_gradients();
 
-  // AdamW exactly as torch::optim::AdamW computes it, on this rank's slices
+  // AdamW exactly as stage 0 computes it (adamw_update, element by element), on this rank's slices
   const double lr = scheduled_learning_rate(step);
   ++adam_steps_;
-  const double beta1 = config_.adam_beta1, beta2 = config_.adam_beta2;
-  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(adam_steps_));
-  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(adam_steps_));
   for (size_t k = 0; k < buckets.size(); ++k) {
     const ShardBucket& bucket = buckets[k];
     torch::Tensor weights = owned_values(bucket, parameters_);
@@ -169,11 +167,13 @@ double ZeroOptimizer::step(int64_t step) {
       exp_avg_[k] = torch::zeros_like(weights);
       exp_avg_sq_[k] = torch::zeros_like(weights);
     }
-    const torch::Tensor& grad = gradient_slices_[k];
-    exp_avg_[k].mul_(beta1).add_(grad, 1 - beta1);
-    exp_avg_sq_[k].mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-    const torch::Tensor denom = (exp_avg_sq_[k].sqrt() / std::sqrt(bias_correction2)).add_(config_.adam_epsilon);
-    weights.addcdiv_(exp_avg_[k], denom, -lr / bias_correction1);
+    AdamWHyper hyper;  // the decay is applied above, piece by piece
+    hyper.lr = lr;
+    hyper.beta1 = config_.adam_beta1;
+    hyper.beta2 = config_.adam_beta2;
+    hyper.eps = config_.adam_epsilon;
+    hyper.step = adam_steps_;
+    adamw_update(weights, gradient_slices_[k].contiguous(), exp_avg_[k], exp_avg_sq_[k], hyper);
     // every rank's updated slice, back into the whole parameters
     const torch::Tensor gathered = comm_.allgather(weights).view({-1});
     for (const ShardPiece& piece : bucket.pieces)
