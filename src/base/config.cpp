@@ -339,7 +339,7 @@ void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("generation.repetition_penalty", REF(generation.repetition_penalty), 1e-6, kInf, "CTRL-style penalty on tokens already in prompt or completion (1 = off)"));
   f.push_back(string_list_field("generation.stop_strings", REF(generation.stop_strings), "completion ends after the first of these strings"));
   f.push_back(int_list_field("generation.eos_token_ids", REF(generation.eos_token_ids), 0, "end-of-sequence ids; empty = the tokenizer's and generation_config.json's"));
-  f.push_back(bool_field("generation.fused_weights", REF(generation.fused_weights), "decode with q/k/v and gate/up each fused into one matmul and, on CPUs with oneDNN, weights packed once per generation: faster, costs one copy of the layer weights while generating (false = the separate weights)"));
+  f.push_back(bool_field("generation.fused_weights", REF(generation.fused_weights), "decode with q/k/v and gate/up each fused into one matmul and, on CPUs with oneDNN, weights packed once per generation (in bfloat16 under train.bf16): faster, costs one copy of the layer weights while generating (false = the separate weights)"));
   // [reward]
   f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: built-ins length, format, answer, repetition, worker; any other name is a [reward.workers.NAME] or [reward.models.NAME] table (below)"));
   f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));
@@ -396,7 +396,7 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(int_field("train.seed", REF(train.seed), 0, kNoMax, "seed of every random stream (with rank, step and purpose)"));
   f.push_back(int_field("train.per_device_train_batch_size", REF(train.per_device_train_batch_size), 1, kNoMax, "completions per rank per micro-step"));
   f.push_back(int_field("train.gradient_accumulation_steps", REF(train.gradient_accumulation_steps), 1, kNoMax, "micro-steps per optimizer step"));
-  f.push_back(bool_field("train.bf16", REF(train.bf16), "bfloat16 autocast for forward and backward (fp32 master weights)"));
+  f.push_back(bool_field("train.bf16", REF(train.bf16), "bfloat16 autocast for forward passes, backward and generation, as TRL's bf16 (fp32 master weights; generation decodes on bfloat16 copies of the weights, packed for the CPU's bfloat16 units where it has them)"));
   f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory"));
   f.push_back(bool_field("train.padding_free", REF(train.padding_free), "log-prob passes compute each distinct prompt once and no padding (false: TRL's padded layout)"));
   f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));

@@ -21,9 +21,20 @@ const std::optional<c10::OperatorHandle>& linear_op() {
   return op;
 }
 
-bool packable(const torch::Tensor& weight) {
-  return at::hasMKLDNN() && weight.device().is_cpu() && weight.scalar_type() == torch::kFloat32 && reorder_op() &&
-         linear_op();
+bool bfloat16_supported() {
+  static const bool supported = [] {
+    const auto op = c10::Dispatcher::singleton().findSchema({"mkldnn::_is_mkldnn_bf16_supported", ""});
+    if (!op) return false;
+    torch::jit::Stack stack;
+    op->callBoxed(&stack);
+    return stack.at(0).toBool();
+  }();
+  return supported;
+}
+
+bool packable(const torch::Tensor& weight, torch::ScalarType dtype) {
+  const bool dtype_ok = dtype == torch::kFloat32 || (dtype == torch::kBFloat16 && bfloat16_supported());
+  return at::hasMKLDNN() && weight.device().is_cpu() && dtype_ok && reorder_op() && linear_op();
 }
 
 torch::Tensor cat_or_undefined(const std::vector<torch::Tensor>& parts) {
@@ -32,24 +43,28 @@ torch::Tensor cat_or_undefined(const std::vector<torch::Tensor>& parts) {
 }
 }  // namespace
 
-DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& biases)
-    : weights_(weights), biases_(biases) {
+DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& biases,
+                               torch::ScalarType compute_dtype)
+    : weights_(weights), biases_(biases), compute_dtype_(compute_dtype) {
   runtimeCheck(!weights.empty() && weights.size() == biases.size(), "DecodingLinear: one bias slot per weight");
   torch::NoGradGuard no_grad;
+  const bool cast = weights.front().scalar_type() != compute_dtype;
   fused_bias_ = cat_or_undefined(biases);
-  if (packable(weights.front())) {
-    torch::jit::Stack stack{cat_or_undefined(weights).contiguous(), c10::IValue()};
+  if (fused_bias_.defined()) fused_bias_ = fused_bias_.to(compute_dtype);
+  if (packable(weights.front(), compute_dtype)) {
+    torch::jit::Stack stack{cat_or_undefined(weights).to(compute_dtype).contiguous(), c10::IValue()};
     reorder_op()->callBoxed(&stack);
     packed_weight_ = stack.at(0).toTensor();
-  } else if (weights.size() > 1) {
-    fused_weight_ = cat_or_undefined(weights);
+    packed_min_rows_ = compute_dtype == torch::kFloat32 ? kPackedMinRowsFloat32 : 1;
+  } else if (weights.size() > 1 || cast) {
+    fused_weight_ = cat_or_undefined(weights).to(compute_dtype);
   }
 }
 
 torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(in, 1);
-  if (packed_weight_.defined() && rows >= kPackedMinRows) {
-    torch::jit::Stack stack{x.reshape({rows, in}).contiguous(), packed_weight_,
+  if (packed_weight_.defined() && rows >= packed_min_rows_) {
+    torch::jit::Stack stack{x.reshape({rows, in}).to(compute_dtype_).contiguous(), packed_weight_,
                             fused_bias_.defined() ? c10::IValue(fused_bias_) : c10::IValue(),
                             c10::IValue(std::string("none")), c10::IValue(c10::List<std::optional<at::Scalar>>()),
                             c10::IValue(std::string(""))};
@@ -59,7 +74,7 @@ torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
     sizes.back() = y.size(-1);
     return y.view(sizes);
   }
-  if (fused_weight_.defined()) return torch::linear(x, fused_weight_, fused_bias_);
+  if (fused_weight_.defined()) return torch::linear(x.to(compute_dtype_), fused_weight_, fused_bias_);
   if (weights_.size() == 1) return torch::linear(x, weights_.front(), biases_.front());
   std::vector<torch::Tensor> outputs;
   for (size_t i = 0; i < weights_.size(); ++i) outputs.push_back(torch::linear(x, weights_[i], biases_[i]));

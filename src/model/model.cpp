@@ -5,6 +5,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/silu_backward.h>
 #include <set>
 
@@ -227,8 +228,13 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torc
   torch::Tensor& vc = values[layer];
   if (!kc.defined() || kc.size(2) < start + t) {
     const int64_t capacity = std::max(start + t, capacity_hint);
-    auto grown_k = torch::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
-    auto grown_v = torch::empty({v.size(0), v.size(1), capacity, v.size(3)}, v.options());
+    // Under autocast the attention casts keys and values to the autocast dtype at every call: stored
+    // in it, each token is cast once, as it arrives, rather than the whole cache at every step.
+    const auto device = k.device().type();
+    const bool lower = at::autocast::is_autocast_enabled(device) && k.scalar_type() == torch::kFloat32;
+    const auto dtype = lower ? at::autocast::get_autocast_dtype(device) : k.scalar_type();
+    auto grown_k = torch::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options().dtype(dtype));
+    auto grown_v = torch::empty({v.size(0), v.size(1), capacity, v.size(3)}, v.options().dtype(dtype));
     if (kc.defined() && start > 0) {
       grown_k.narrow(2, 0, start).copy_(kc.narrow(2, 0, start));
       grown_v.narrow(2, 0, start).copy_(vc.narrow(2, 0, start));
@@ -546,17 +552,29 @@ std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::hf_state() cons
   return out;
 }
 
+// The dtype a projection computes in now: autocast's (train.bf16) when it is on for the model's
+// device and would lower the weights' dtype, else the weights' own.
+torch::ScalarType decoding_compute_dtype(const CausalLM& model) {
+  const auto weights = model->model->embed_tokens->weight.scalar_type();
+  const auto device = model->device().type();
+  if (weights == torch::kFloat32 && at::autocast::is_autocast_enabled(device))
+    return at::autocast::get_autocast_dtype(device);
+  return weights;
+}
+
 FusedDecodingWeights::FusedDecodingWeights(CausalLM& model) : model_(model) {
   if (has_lora_adapters(model_)) return;  // an adapter adds to its own projection's output
+  const auto dtype = decoding_compute_dtype(model_);
   for (size_t i = 0; i < model_->model->layers->size(); ++i) {
     auto layer = model_->model->layers->ptr<DecoderLayerImpl>(i);
     auto& attn = *layer->self_attn;
     auto& mlp = *layer->mlp;
     attn.decoding_qkv = DecodingLinear({attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight},
-                                       {attn.q_proj->bias, attn.k_proj->bias, attn.v_proj->bias});
-    attn.decoding_o = DecodingLinear({attn.o_proj->weight}, {attn.o_proj->bias});
-    mlp.decoding_gate_up = DecodingLinear({mlp.gate_proj->weight, mlp.up_proj->weight}, {torch::Tensor(), torch::Tensor()});
-    mlp.decoding_down = DecodingLinear({mlp.down_proj->weight}, {torch::Tensor()});
+                                       {attn.q_proj->bias, attn.k_proj->bias, attn.v_proj->bias}, dtype);
+    attn.decoding_o = DecodingLinear({attn.o_proj->weight}, {attn.o_proj->bias}, dtype);
+    mlp.decoding_gate_up =
+        DecodingLinear({mlp.gate_proj->weight, mlp.up_proj->weight}, {torch::Tensor(), torch::Tensor()}, dtype);
+    mlp.decoding_down = DecodingLinear({mlp.down_proj->weight}, {torch::Tensor()}, dtype);
   }
 }
 

@@ -54,7 +54,10 @@ StepMetrics Trainer::evaluate() {
     params.greedy = params.greedy || cfg_.eval.greedy;
     torch::Generator generator = stream_generator(cfg_.train.seed, rank, optimizer_step_, "eval");
     policy_->eval();
-    drawn.sampled = generate(policy_, unique_prompts, params, generator, tokenizer_.get());
+    {
+      AutocastScope autocast(cfg_.train.bf16, device_);
+      drawn.sampled = generate(policy_, unique_prompts, params, generator, tokenizer_.get());
+    }
     policy_->train();
     take_sampled(drawn, optimizer_step_);
     drawn.rows.advantages = torch::zeros({drawn.rows.size()}, torch::kFloat32);

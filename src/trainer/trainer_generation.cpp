@@ -1,7 +1,6 @@
 // A generation, as the trainer's table of contents: draw prompts and completions (sampled, or
 // replayed from a file), score them, advantages over the whole batch, old/reference log-probs, the
 // store. Each step is one call into the module that owns it.
-#include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
 #include <optional>
@@ -25,30 +24,6 @@ namespace rayless {
 
 using namespace trainer_detail;
 
-namespace {
-
-// RAII bfloat16 autocast on CPU/CUDA for the forward pass (train.bf16); fp32 master weights.
-class AutocastScope {
- public:
-  AutocastScope(bool enabled, torch::Device device) : enabled_(enabled), type_(device.type()) {
-    if (!enabled_) return;
-    previous_ = at::autocast::is_autocast_enabled(type_);
-    at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-  }
-  ~AutocastScope() {
-    if (!enabled_) return;
-    at::autocast::set_autocast_enabled(type_, previous_);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool enabled_;
-  bool previous_ = false;
-  at::DeviceType type_;
-};
-
-}  // namespace
 
 Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
   Drawn drawn = replay_ ? draw_replayed(generation_step) : draw_sampled(generation_step);
@@ -114,6 +89,7 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
   torch::Generator generator = stream_generator(cfg_.train.seed, rank, generation_step, "sample");
   policy_->eval();
   const auto start = Clock::now();
+  AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
   drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
   sampling_seconds_ += seconds_since(start);
   policy_->train();

@@ -9,6 +9,7 @@
 
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
+#include "rayless/model/autocast_scope.h"
 
 namespace rayless::trainer_detail {
 

@@ -2,6 +2,7 @@
 
 #include "helpers.h"
 #include "rayless/base/error.h"
+#include "rayless/model/autocast_scope.h"
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/model/safetensors.h"
 
@@ -40,6 +41,45 @@ TEST_CASE("golden: logits of a left-padded batch match transformers (fp32)") {
     // RoPE only sees position differences, so shifting a left-padded row's positions by its padding
     // changes nothing beyond rounding: both conventions give the same logits on real tokens
     CHECK(masked_max_error(logits_default, expected.at("logits"), mask) <= 1e-4);
+  }
+}
+
+// train.bf16 runs forward passes and generation under bfloat16 autocast, as TRL's bf16 = True does;
+// the fixture is transformers' forward under torch's CPU autocast (tools/make_autocast_golden.py). The
+// full forward, and the KV-cached decode on fused bfloat16 weights with a bfloat16 cache (what the
+// trainer generates with), must both give transformers' logits to within bfloat16 rounding, which is
+// far closer than the float32 logits are.
+TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forward and fused decode") {
+  const auto expected_all = load_safetensors(test::golden_dir() / "autocast-bf16-expected.safetensors");
+  for (const std::string name : {"qwen2", "llama", "qwen3"}) {
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    model->eval();
+    const auto expected_json = test::read_json(test::golden_dir() / (name + "-expected.json"));
+    const auto& expected = expected_all.at(name);
+    auto ids = test::ids_tensor(expected_json["input_ids"]);
+    auto mask = test::ids_tensor(expected_json["attention_mask"]);
+    torch::NoGradGuard no_grad;
+    const auto float32_logits = model->forward(ids, mask);
+    const AutocastScope autocast(true, torch::kCPU);
+    const auto full = model->forward(ids, mask).to(torch::kFloat32);
+    // prefill the first 9 tokens (every row holds a real one by then), then one token per step
+    const int64_t prefill = 9;
+    FusedDecodingWeights fused(model);
+    CHECK(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->decoding_qkv.compute_dtype() == torch::kBFloat16);
+    KVCache cache;
+    std::vector<torch::Tensor> steps{model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};
+    for (int64_t t = prefill; t < ids.size(1); ++t)
+      steps.push_back(model->logits(model->forward_hidden(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), {}, &cache)));
+    const auto decoded = torch::cat(steps, 1).to(torch::kFloat32);
+    CHECK(cache.keys[0].scalar_type() == torch::kBFloat16);  // cast once per token, not per step
+    const double full_error = masked_max_error(full, expected, mask);
+    const double decode_error = masked_max_error(decoded, expected, mask);
+    const double float32_error = masked_max_error(float32_logits, expected, mask);
+    CAPTURE(full_error, decode_error, float32_error);
+    CHECK(full_error <= 5e-3);  // float32 logits are 0.02-0.03 away
+    CHECK(decode_error <= 5e-3);
+    CHECK(float32_error > 4 * std::max(full_error, decode_error));  // the fixture tells bfloat16 from float32
   }
 }
 

@@ -21,6 +21,7 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/files.h"
+#include "rayless/model/autocast_scope.h"
 #include "rayless/model/model.h"
 
 namespace rayless::cli {
@@ -40,9 +41,9 @@ double best_seconds(int repeats, F&& run) {
   return best;
 }
 
-// float32 linear shaped like the model's MLP on a training batch: the kernel the layers call
-double matmul_gflops(const ModelArchConfig& c) {
-  auto x = torch::randn({4096, c.hidden_size}), w = torch::randn({c.intermediate_size, c.hidden_size});
+// linear shaped like the model's MLP on a training batch, in the dtype the layers compute in
+double matmul_gflops(const ModelArchConfig& c, torch::ScalarType dtype) {
+  auto x = torch::randn({4096, c.hidden_size}).to(dtype), w = torch::randn({c.intermediate_size, c.hidden_size}).to(dtype);
   return 2.0 * 4096 * c.hidden_size * c.intermediate_size / best_seconds(5, [&] { torch::linear(x, w); }) / 1e9;
 }
 
@@ -106,13 +107,14 @@ int bench_decode(const Args& args) {
   po::options_description options("rayless-bench decode");
   std::string config_json, rows_list;
   int64_t steps = 32, prompt_len = 32;
-  bool op_names = false, unfused = false;
+  bool op_names = false, unfused = false, bf16 = false;
   options.add_options()("config-json", po::value(&config_json)->required(), "HF config.json of the model shape")(
       "rows", po::value(&rows_list)->default_value("1,32"), "decode batch sizes, comma-separated")(
       "steps", po::value(&steps)->default_value(32), "timed decode steps per batch size (the median is shown)")(
       "prompt-length", po::value(&prompt_len)->default_value(32), "tokens in the cache before the timed steps")(
       "op-names", po::bool_switch(&op_names), "also list the operator calls of one step by name")(
-      "unfused", po::bool_switch(&unfused), "separate q/k/v and gate/up matmuls (generate() fuses them), for comparison");
+      "unfused", po::bool_switch(&unfused), "separate q/k/v and gate/up matmuls (generate() fuses them), for comparison")(
+      "bf16", po::bool_switch(&bf16), "decode under bfloat16 autocast, as the trainer generates with train.bf16");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
   const ModelArchConfig config = ModelArchConfig::from_json(read_json_file(config_json), config_json);
@@ -127,18 +129,22 @@ int bench_decode(const Args& args) {
 
   record_names = op_names;
   c10::InferenceMode inference;
+  const auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
+  const double weight_bytes = bf16 ? 2 : 4;
+  const char* dtype_name = bf16 ? "bfloat16" : "float32";
   CausalLM model(config);
   model->init_weights(1);
   model->eval();
   const double parameters = double(config.num_parameters());
   // weights a decode step reads: every matrix once, the LM head included, the embedding lookup not
   const double streamed = config.tie_word_embeddings ? parameters : parameters - double(config.vocab_size) * config.hidden_size;
-  const double matmul = matmul_gflops(config), bandwidth = read_gbs();
-  const double floor_ms = 1e3 * streamed * 4 / (bandwidth * 1e9);
-  std::printf("model: %.1fM parameters, %.1f MB of float32 weights read per decode step; %d thread(s)\n",
-              parameters / 1e6, streamed * 4 / 1e6, at::get_num_threads());
-  std::printf("machine: float32 matmul %.1f GFLOP/s ([4096 x %lld] x [%lld x %lld]), memory read %.1f GB/s (1 GiB matrix-vector)\n",
-              matmul, (long long)config.hidden_size, (long long)config.intermediate_size, (long long)config.hidden_size,
+  const double matmul = matmul_gflops(config, dtype), bandwidth = read_gbs();
+  const AutocastScope autocast(bf16, torch::kCPU);  // the model's passes only, not the machine's rates
+  const double floor_ms = 1e3 * streamed * weight_bytes / (bandwidth * 1e9);
+  std::printf("model: %.1fM parameters, %.1f MB of %s weights read per decode step; %d thread(s)\n",
+              parameters / 1e6, streamed * weight_bytes / 1e6, dtype_name, at::get_num_threads());
+  std::printf("machine: %s matmul %.1f GFLOP/s ([4096 x %lld] x [%lld x %lld]), memory read %.1f GB/s (1 GiB matrix-vector)\n",
+              dtype_name, matmul, (long long)config.hidden_size, (long long)config.intermediate_size, (long long)config.hidden_size,
               bandwidth);
   std::printf("decode floor (weights read once at that rate): %.2f ms per step\n\n", floor_ms);
   std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step |\n"

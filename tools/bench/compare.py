@@ -66,21 +66,23 @@ class Scenario:
     global_batch_size: int        # completions per optimizer step over all processes
     num_iterations: int           # μ, optimizer steps per generation
     gradient_checkpointing: bool  # the same value for both tools
+    bf16: bool                    # bfloat16 autocast, float32 weights: the same value for both tools
     steps: int                    # optimizer steps run
     warmup_steps: int             # leading steps left out of the timing (not a learning-rate warm-up)
 
     @property
     def name(self):
         checkpointing = "-gc" if self.gradient_checkpointing else ""
-        return f"{self.size}-{self.max_completion_length}-mu{self.num_iterations}{checkpointing}"
+        autocast = "-bf16" if self.bf16 else ""
+        return f"{self.size}-{self.max_completion_length}-mu{self.num_iterations}{checkpointing}{autocast}"
 
     def knobs(self):
         return {"name": self.name, **dataclasses.asdict(self)}
 
 
-def scenario(size, G, max_len, target, mu, steps, warmup, gc=False, batch=16):
+def scenario(size, G, max_len, target, mu, steps, warmup, gc=False, bf16=False, batch=16):
     return Scenario(size=size, num_generations=G, max_completion_length=max_len, length_target=target,
-                    global_batch_size=batch, num_iterations=mu, gradient_checkpointing=gc, steps=steps,
+                    global_batch_size=batch, num_iterations=mu, gradient_checkpointing=gc, bf16=bf16, steps=steps,
                     warmup_steps=warmup)
 
 
@@ -98,6 +100,11 @@ SCENARIOS = [
     # gradient checkpointing on for both tools
     scenario("small", G=4, max_len=32, target=16, mu=1, steps=8, warmup=2, gc=True),
     scenario("small", G=8, max_len=256, target=200, mu=1, steps=5, warmup=1, gc=True),
+    # bfloat16 autocast on for both tools (the CPU's bfloat16 matmul units: AMX, AVX512-BF16)
+    scenario("tiny", G=4, max_len=32, target=16, mu=1, steps=24, warmup=2, bf16=True),
+    scenario("small", G=4, max_len=32, target=16, mu=1, steps=8, warmup=2, bf16=True),
+    scenario("small", G=8, max_len=256, target=200, mu=1, steps=5, warmup=1, bf16=True),
+    scenario("small", G=8, max_len=256, target=200, mu=4, steps=8, warmup=4, bf16=True),
 ]
 # rayless-1-padded: one rank with train.padding_free = false, TRL's padded [B, P + T] log-prob layout,
 # to show how much of the difference the packed log-prob pass makes.
@@ -194,6 +201,7 @@ def trl_arguments(scen, model_dir, run_dir, threads):
     c = COMMON
     return ["--model", model_dir, "--prompts", prompts_path(), "--output", run_dir,
             "--threads", str(threads), "--dtype", c["dtype"],
+            "--bf16", "true" if scen.bf16 else "false",
             "--gradient-checkpointing", "true" if scen.gradient_checkpointing else "false",
             "--num-generations", str(scen.num_generations),
             "--max-completion-length", str(scen.max_completion_length),
@@ -261,7 +269,7 @@ max_steps = {scen.steps}
 seed = {c['seed']}
 per_device_train_batch_size = {scen.global_batch_size // processes}
 gradient_accumulation_steps = {c['gradient_accumulation_steps']}
-bf16 = false
+bf16 = {v(scen.bf16)}
 gradient_checkpointing = {v(scen.gradient_checkpointing)}
 padding_free = {v(padding_free)}
 
@@ -712,20 +720,23 @@ def per_second(amount, seconds):
 def machine_rates(threads):
     """What the benchmark's share-of-machine columns divide by, measured here with the same LibTorch
     (torch 2.13.0, this Python) at the benchmark's threads per process:
-      matmul_gflops: best of 5 float32 torch.nn.functional.linear calls shaped like the small model's MLP
-        on a training batch ([4096, 640] x [1792, 640]^T), the kernel rayless's layers call;
+      matmul_gflops: by dtype (float32, and bfloat16 for the -bf16 scenarios), best of 5
+        torch.nn.functional.linear calls shaped like the small model's MLP on a training batch
+        ([4096, 640] x [1792, 640]^T), the kernel rayless's layers call;
       memory_bandwidth_gbs: best of 3 products of a 1 GiB float32 matrix with a vector, the rate a 1-row
         decode step streams its weights at (`rayless-bench decode` sets one step against it)."""
     import torch
     torch.set_num_threads(threads)
-    a, w = torch.randn(4096, 640), torch.randn(1792, 640)
-    torch.nn.functional.linear(a, w)
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
+    matmul = {}
+    for dtype in ("float32", "bfloat16"):
+        a, w = torch.randn(4096, 640, dtype=getattr(torch, dtype)), torch.randn(1792, 640, dtype=getattr(torch, dtype))
         torch.nn.functional.linear(a, w)
-        best = min(best, time.perf_counter() - t0)
-    matmul = 2 * 4096 * 640 * 1792 / best / 1e9
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(a, w)
+            best = min(best, time.perf_counter() - t0)
+        matmul[dtype] = 2 * 4096 * 640 * 1792 / best / 1e9
     big, v = torch.randn(16384, 16384), torch.randn(16384)
     torch.mv(big, v)
     best = float("inf")
@@ -735,17 +746,24 @@ def machine_rates(threads):
         best = min(best, time.perf_counter() - t0)
     bandwidth = big.numel() * 4 / best / 1e9
     del big
-    log(f"machine: float32 matmul {matmul:.1f} GFLOP/s, memory read {bandwidth:.1f} GB/s ({threads} thread(s))")
-    return {"matmul_gflops": {"float32": matmul}, "memory_bandwidth_gbs": bandwidth, "rates_threads": threads}
+    log(f"machine: float32 matmul {matmul['float32']:.1f} GFLOP/s, bfloat16 matmul {matmul['bfloat16']:.1f} GFLOP/s, "
+        f"memory read {bandwidth:.1f} GB/s ({threads} thread(s))")
+    return {"matmul_gflops": matmul, "memory_bandwidth_gbs": bandwidth, "rates_threads": threads}
 
 
-def machine_matmul_gflops(results):
-    """The machine's matmul GFLOP/s when results.json has it (results["machine"]["matmul_gflops"]: one
-    process at the benchmark's threads per process, in its dtype; a number, or a dict by dtype)."""
+def compute_dtype(scenario_name):
+    """The dtype a scenario's matmuls run in: bfloat16 under the -bf16 scenarios' autocast."""
+    return "bfloat16" if scenario_name.endswith("-bf16") else "float32"
+
+
+def machine_matmul_gflops(results, scenario_name):
+    """The machine's matmul GFLOP/s for a scenario when results.json has it (results["machine"]
+    ["matmul_gflops"]: one process at the benchmark's threads per process; a number (older runs: float32),
+    or a dict by dtype)."""
     value = results.get("machine", {}).get("matmul_gflops")
     if isinstance(value, dict):
-        value = value.get(results.get("common", COMMON).get("dtype", "float32"))
-    return value
+        return value.get(compute_dtype(scenario_name))
+    return value if compute_dtype(scenario_name) == "float32" else None
 
 
 def rate_cell(gflops, matmul_gflops, processes):
@@ -762,7 +780,6 @@ def runs_table(results):
     runs = sorted(results["runs"], key=lambda r: (scenario_order(r["scenario"]), tool_order(r["tool"])))
     trl_by_scenario = {r["scenario"]: r for r in runs if r["tool"] == "trl"}
     prompt_tokens = results.get("prompt_tokens_mean") or statistics.mean(prompt_token_lengths(prompts_path()))
-    matmul = machine_matmul_gflops(results)
     header = ["scenario", "model", "tool", "processes × threads", "median s/step", "generation s/step",
               "train s/step", "generation share", "completion tok/s", "tok/s vs TRL", "step time TRL/rayless",
               "train GFLOP/s (% of matmul)", "generation GFLOP/s (% of matmul)", "peak RSS MB/process",
@@ -772,6 +789,7 @@ def runs_table(results):
         trl = trl_by_scenario.get(r["scenario"])
         parameters = results["parameters"][r["size"]]
         train, generation = achieved_gflops(r, parameters, prompt_tokens)
+        matmul = machine_matmul_gflops(results, r["scenario"])
         rewards = [x[1] for x in r["reward_by_step"]]
         rows.append([
             r["scenario"], f"{r['size']} ({parameters / 1e6:.1f}M)", r["tool"],

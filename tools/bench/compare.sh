@@ -8,9 +8,9 @@
 # It creates .venv-trl (trl, transformers, torch==2.13.0 CPU, matplotlib) when missing, builds
 # rayless when missing, writes the shared models with `rayless-bench init-model`, runs every scenario
 # (default all: tiny ~5M and small ~53M parameters; 32-token completions at mu = 1 and 4; the realistic
-# small model with G = 8 and 256-token completions at mu = 1 and 4; and two with gradient checkpointing
-# on for both tools, suffixed -gc) with every tool (TRL, rayless 1 rank with and without the packed
-# log-prob pass, rayless 2 ranks), and writes
+# small model with G = 8 and 256-token completions at mu = 1 and 4; two with gradient checkpointing
+# on for both tools, suffixed -gc; four with bfloat16 autocast on for both, suffixed -bf16) with every
+# tool (TRL, rayless 1 rank with and without the packed log-prob pass, rayless 2 ranks), and writes
 # runs/bench/results.json, runs/bench/table.md and docs/img/bench_trl_reward.png.
 # --sizes and --mus filter the scenarios. To see the equal-settings table and the list of runs without
 # running anything: python3 tools/bench/compare.py run --dry-run (any Python >= 3.11, no packages).

@@ -31,6 +31,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of this process")
     p.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
                    help="dtype the model is loaded in")
+    p.add_argument("--bf16", choices=["true", "false"], required=True,
+                   help="bfloat16 autocast with float32 weights (GRPOConfig.bf16); required, compare.py gives "
+                        "both tools the same value")
     p.add_argument("--gradient-checkpointing", choices=["true", "false"], required=True,
                    help="required, as GRPOConfig would default to true: compare.py gives both tools the "
                         "same value")
@@ -53,6 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--length-target", type=int, required=True)
     args = p.parse_args(argv)
     args.gradient_checkpointing = args.gradient_checkpointing == "true"
+    args.bf16 = args.bf16 == "true"
     return args
 
 
@@ -60,12 +64,12 @@ def grpo_config_kwargs(args):
     """Every GRPOConfig argument this script sets. A function of its own so that compare.py can show
     exactly these values, next to rayless's, without importing TRL."""
     # taken as given on the command line (compare.py passes every one of them explicitly)
-    passed_through = ["seed", "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+    passed_through = ["seed", "bf16", "per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
                       "num_generations", "max_completion_length", "learning_rate", "lr_scheduler_type",
                       "weight_decay", "max_grad_norm", "num_iterations", "loss_type", "beta", "temperature",
                       "top_p", "top_k", "max_steps"]
     fixed = dict(output_dir=os.path.join(args.output, "trl"), use_cpu=True, warmup_steps=0, logging_steps=1,
-                 save_strategy="no", report_to="none", disable_tqdm=True, bf16=False, fp16=False,
+                 save_strategy="no", report_to="none", disable_tqdm=True, fp16=False,
                  dataloader_num_workers=0, log_completions=False)
     return {**fixed, **{name: getattr(args, name) for name in passed_through}}
 

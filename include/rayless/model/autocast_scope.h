@@ -1,0 +1,36 @@
+// RAII bfloat16 autocast, the mode train.bf16 runs forward passes and generation in.
+#pragma once
+#include <ATen/autocast_mode.h>
+#include <torch/types.h>
+
+namespace rayless {
+
+// bfloat16 autocast on the device's type while alive (train.bf16): forward passes and generation
+// compute in bfloat16 where autocast lowers an op, with float32 master weights. Its cast cache (each
+// weight cast once) is dropped on exit, as the weights change after it.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, torch::Device device) : enabled_(enabled), type_(device.type()) {
+    if (!enabled_) return;
+    previous_ = at::autocast::is_autocast_enabled(type_);
+    previous_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(type_, previous_);
+    at::autocast::set_autocast_dtype(type_, previous_dtype_);
+    at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+  bool previous_ = false;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
+  at::DeviceType type_;
+};
+
+}  // namespace rayless
