@@ -14,8 +14,7 @@ namespace {
 
 template <typename scalar_t>
 void update_range(scalar_t* __restrict param, const scalar_t* __restrict grad, scalar_t* __restrict exp_avg,
-                  scalar_t* __restrict exp_avg_sq, int64_t begin,
-                  int64_t end, const AdamWHyper& h) {
+                  scalar_t* __restrict exp_avg_sq, int64_t begin, int64_t end, const AdamWHyper& h) {
   using opmath_t = at::opmath_type<scalar_t>;
   // the scalars as torch's kernels see them: converted once to the compute type
   const auto decay = static_cast<opmath_t>(1 - h.lr * h.weight_decay);
@@ -56,11 +55,15 @@ void adamw_update_tensor_ops(torch::Tensor& param, const torch::Tensor& grad, to
 void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                   const AdamWHyper& hyper) {
   if (!param.device().is_cpu()) return adamw_update_tensor_ops(param, grad, exp_avg, exp_avg_sq, hyper);
-  for (const torch::Tensor* t : {&grad, static_cast<const torch::Tensor*>(&exp_avg), static_cast<const torch::Tensor*>(&exp_avg_sq)})
-    runtimeCheck(t->scalar_type() == param.scalar_type() && t->numel() == param.numel() && t->is_contiguous() &&
-                     t->device() == param.device(),
+  auto check = [&](const torch::Tensor& t) {
+    runtimeCheck(t.scalar_type() == param.scalar_type() && t.numel() == param.numel() && t.is_contiguous() &&
+                     t.device() == param.device(),
                  "adamw_update: tensors of one dtype, size and device, contiguous");
-  runtimeCheck(param.is_contiguous(), "adamw_update: a contiguous parameter");
+  };
+  check(param);
+  check(grad);
+  check(exp_avg);
+  check(exp_avg_sq);
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, param.scalar_type(), "adamw_update", [&] {
     scalar_t* p = param.data_ptr<scalar_t>();
     const scalar_t* g = grad.data_ptr<scalar_t>();

@@ -89,8 +89,10 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
   torch::Generator generator = stream_generator(cfg_.train.seed, rank, generation_step, "sample");
   policy_->eval();
   const auto start = Clock::now();
-  AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
-  drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
+  {
+    AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
+    drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
+  }
   sampling_seconds_ += seconds_since(start);
   policy_->train();
   take_sampled(drawn, generation_step);

@@ -175,16 +175,16 @@ class CausalLMImpl : public torch::nn::Module {
 TORCH_MODULE(CausalLM);
 
 // The dtype generation's projections compute in: the autocast dtype when autocast is on for the
-// model's device (train.bf16 turns it on around generation, as TRL's autocast does) and the weights are
-// float32; else the weights' dtype.
+// model's device (train.bf16 turns it on around generation, as TRL's autocast does) and the weights
+// are float32; else the weights' dtype.
 torch::ScalarType decoding_compute_dtype(const CausalLM& model);
 
 // While alive, every layer of `model` computes q/k/v with one matmul and gate/up with another, from
-// copies of the weights taken at construction in decoding_compute_dtype(model), packed for oneDNN where
-// LibTorch has it (see decoding_linear.h); passes with gradients enabled keep the separate weights. It
-// costs one copy of the layers' weights (in that dtype) while it lives. The copies do not follow later updates: hold it only while the
-// weights are fixed (one generation). Does nothing for a model with LoRA adapters (an adapter adds to
-// its own projection's output).
+// copies of the weights taken at construction in decoding_compute_dtype(model), packed for oneDNN
+// where LibTorch has it (see decoding_linear.h); passes with gradients enabled keep the separate
+// weights. It costs one copy of the layers' weights (in that dtype) while it lives. The copies do not
+// follow later updates: hold it only while the weights are fixed (one generation). Does nothing for a
+// model with LoRA adapters (an adapter adds to its own projection's output).
 class FusedDecodingWeights {
  public:
   explicit FusedDecodingWeights(CausalLM& model);
