@@ -13,6 +13,22 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
+# A full disk fails tests far from the cause (torch's writer, HDF5, Slurm): say it first. The suite
+# needs about 8 GiB: build/ and build-sanitize/ (~2.5 GiB each), the venvs, test scratch in $TMPDIR.
+check_free_space() {
+  local dir=$1 need_gib=$2 free_kib
+  free_kib=$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $4}')
+  [ -n "$free_kib" ] || return 0
+  echo "test: $((free_kib / 1024 / 1024)) GiB free for $dir"
+  if [ "$free_kib" -lt $((need_gib * 1024 * 1024)) ]; then
+    echo "test: error: only $((free_kib / 1024)) MiB free on the file system of $dir; the suite needs about" \
+         "$need_gib GiB there (set RAYLESS_TEST_MIN_FREE_GIB to change the limit)" >&2
+    exit 1
+  fi
+}
+check_free_space "$root_dir" "${RAYLESS_TEST_MIN_FREE_GIB:-8}"
+check_free_space "${TMPDIR:-/tmp}" 1
+
 ./tools/setup.sh
 
 # The NCCL backend is compiled (not linked, nothing run) against nccl.h with the CPU LibTorch, so

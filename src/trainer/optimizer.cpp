@@ -13,6 +13,7 @@
 #include "rayless/trainer/adamw_update.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/lr_schedule.h"
+#include "rayless/trainer/torch_file.h"
 #include "rayless/trainer/zero_optimizer.h"
 
 namespace rayless {
@@ -107,7 +108,7 @@ class ReplicatedOptimizer final : public Optimizer {
     return grad_norm;
   }
 
-  void write_state(const std::filesystem::path& path) override { torch::save(*adamw_, path.string()); }
+  void write_state(const std::filesystem::path& path) override { save_torch_file(*adamw_, path); }
   void load_state(const std::filesystem::path& path) override { torch::load(*adamw_, path.string()); }
 
   std::vector<torch::Tensor> accumulated_gradients() override { return parameter_gradients(parameters_); }
@@ -138,6 +139,12 @@ class ReplicatedOptimizer final : public Optimizer {
     for (auto& group : adamw_->param_groups()) {
       const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
       runtimeCheck(!options.amsgrad(), "AdamW: amsgrad is not supported");
+      AdamWHyper hyper;  // the group's; only the step count is per parameter
+      hyper.lr = options.lr();
+      hyper.beta1 = std::get<0>(options.betas());
+      hyper.beta2 = std::get<1>(options.betas());
+      hyper.eps = options.eps();
+      hyper.weight_decay = options.weight_decay();
       for (auto& p : group.params()) {
         if (!p.grad().defined()) continue;
         auto& slot = adamw_->state()[p.unsafeGetTensorImpl()];
@@ -150,15 +157,9 @@ class ReplicatedOptimizer final : public Optimizer {
         }
         auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
         state.step(state.step() + 1);
-        AdamWHyper hyper;
-        hyper.lr = options.lr();
-        hyper.beta1 = std::get<0>(options.betas());
-        hyper.beta2 = std::get<1>(options.betas());
-        hyper.eps = options.eps();
-        hyper.weight_decay = options.weight_decay();
         hyper.step = state.step();
         torch::Tensor param = p.detach(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
-        adamw_update(param, p.grad().contiguous(), exp_avg, exp_avg_sq, hyper);
+        adamw_update(param, p.grad(), exp_avg, exp_avg_sq, hyper);  // it checks contiguity itself
       }
     }
   }

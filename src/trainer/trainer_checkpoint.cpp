@@ -14,6 +14,7 @@
 #include "rayless/trainer/checkpoint.h"
 #include "rayless/trainer/optimizer.h"
 #include "rayless/trainer/trainer.h"
+#include "rayless/trainer/torch_file.h"
 #include "rayless/trainer/trainer_state.h"
 
 namespace fs = std::filesystem;
@@ -54,13 +55,13 @@ void Trainer::save(bool at_optimizer_boundary) {
     else
       write_hf_files(policy_, tokenizer_.get(), dir);
     optimizer_->write_state(dir / "optimizer.pt");
-    if (cfg_.grpo.sync_ref_model) torch::save(reference_->parameters(), (dir / "reference.pt").string());
+    if (cfg_.grpo.sync_ref_model) save_torch_file(reference_->parameters(), dir / "reference.pt");
     write_text_atomically(dir / "trainer_state.json", state.to_json().dump(2) + "\n");
   };
   auto fill_each_rank = [&](const fs::path& dir) {
     write_text_atomically(dir / str("rank-", rank, ".json"), rank_state.to_json(cfg_.train.seed).dump(2) + "\n");
     if (!at_optimizer_boundary)
-      torch::save(optimizer_->accumulated_gradients(), (dir / str("grads-rank-", rank, ".pt")).string());
+      save_torch_file(optimizer_->accumulated_gradients(), dir / str("grads-rank-", rank, ".pt"));
   };
   const fs::path path = save_checkpoint(*comm_, output_dir_ / "checkpoints",
                                         checkpoint_name(optimizer_step_, micro_step_, at_optimizer_boundary), fill_rank0,

@@ -12,6 +12,7 @@
 #include "rayless/base/error.h"
 #include "rayless/comm/communicator.h"
 #include "rayless/trainer/adamw_update.h"
+#include "rayless/trainer/torch_file.h"
 
 namespace rayless {
 
@@ -220,7 +221,7 @@ void ZeroOptimizer::write_state(const std::filesystem::path& path) {
     state->exp_avg_sq(collected_exp_avg_sq_[i]);
     adamw->state()[parameters_[i].unsafeGetTensorImpl()] = std::move(state);
   }
-  torch::save(*adamw, path.string());
+  save_torch_file(*adamw, path);
   collected_exp_avg_.clear();
   collected_exp_avg_sq_.clear();
 }

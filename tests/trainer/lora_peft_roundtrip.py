@@ -13,6 +13,7 @@ Runs in .venv-tools (tools/setup_tools_venv.sh installs torch, transformers and 
 usage: lora_peft_roundtrip.py RAYLESS RAYLESS_BENCH"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,10 @@ def main():
         print(f"{'PASS' if passed else 'FAIL'}: {what}: {figure}")
         ok = ok and passed
     print(f"(peft {peft.__version__}, transformers {transformers.__version__}, torch {torch.__version__})")
+    if ok:
+        shutil.rmtree(work)  # kept on failure, to look at
+    else:
+        print(f"files kept in {work}")
     return 0 if ok else 1
 
 

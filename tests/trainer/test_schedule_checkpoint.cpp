@@ -14,6 +14,7 @@
 #include "rayless/base/files.h"
 #include "rayless/trainer/lr_schedule.h"
 #include "rayless/trainer/metrics.h"
+#include "rayless/trainer/torch_file.h"
 #include "rayless/model/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -159,4 +160,31 @@ TEST_CASE("trainer: metrics.jsonl: a failed write is an error naming the file, a
     CHECK_THAT(line, Catch::Contains("\"step\":" + std::to_string(lines) + "}"));
   }
   CHECK(lines == 4);
+}
+
+TEST_CASE("trainer: torch files (optimizer.pt, grads, reference): a full disk is an error naming the file, not an abort") {
+  // torch::save(value, "/dev/full") ends in std::terminate (its zip writer throws again while
+  // unwinding); through the checked sink the same failure is one RuntimeError with the reason.
+  const std::vector<torch::Tensor> tensors{torch::arange(100000, torch::kFloat32), torch::ones({3, 4})};
+  CHECK_THROWS_AS(save_torch_file(tensors, "/dev/full"), RuntimeError);
+  CHECK_THROWS_WITH(save_torch_file(tensors, "/dev/full"),
+                    Catch::Contains("/dev/full") && Catch::Contains("No space left on device"));
+  CHECK_THROWS_WITH(save_torch_file(tensors, "/nonexistent-dir/grads.pt"),
+                    Catch::Contains("/nonexistent-dir/grads.pt") && Catch::Contains("No such file"));
+
+  // what it writes, torch::load reads back: the same tensors as a file torch::save wrote itself
+  const fs::path ours = fs::temp_directory_path() / "rayless-test-torch-file.pt";
+  const fs::path torchs = fs::temp_directory_path() / "rayless-test-torch-file-reference.pt";
+  save_torch_file(tensors, ours);
+  torch::save(tensors, torchs.string());
+  std::vector<torch::Tensor> from_ours, from_torchs;
+  torch::load(from_ours, ours.string());
+  torch::load(from_torchs, torchs.string());
+  REQUIRE(from_ours.size() == tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    CHECK(torch::equal(from_ours[i], tensors[i]));
+    CHECK(torch::equal(from_ours[i], from_torchs[i]));
+  }
+  fs::remove(ours);
+  fs::remove(torchs);
 }
