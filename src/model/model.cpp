@@ -5,12 +5,12 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <ATen/autocast_mode.h>
 #include <ATen/ops/silu_backward.h>
 #include <set>
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/model/autocast_scope.h"
 #include "rayless/model/lora.h"
 
 namespace rayless {
@@ -230,9 +230,7 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torc
     const int64_t capacity = std::max(start + t, capacity_hint);
     // Under autocast the attention casts keys and values to the autocast dtype at every call: stored
     // in it, each token is cast once, as it arrives, rather than the whole cache at every step.
-    const auto device = k.device().type();
-    const bool lower = at::autocast::is_autocast_enabled(device) && k.scalar_type() == torch::kFloat32;
-    const auto dtype = lower ? at::autocast::get_autocast_dtype(device) : k.scalar_type();
+    const auto dtype = autocast_compute_dtype(k.device().type(), k.scalar_type());
     auto grown_k = torch::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options().dtype(dtype));
     auto grown_v = torch::empty({v.size(0), v.size(1), capacity, v.size(3)}, v.options().dtype(dtype));
     if (kc.defined() && start > 0) {
@@ -555,11 +553,7 @@ std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::hf_state() cons
 // The dtype a projection computes in now: autocast's (train.bf16) when it is on for the model's
 // device and would lower the weights' dtype, else the weights' own.
 torch::ScalarType decoding_compute_dtype(const CausalLM& model) {
-  const auto weights = model->model->embed_tokens->weight.scalar_type();
-  const auto device = model->device().type();
-  if (weights == torch::kFloat32 && at::autocast::is_autocast_enabled(device))
-    return at::autocast::get_autocast_dtype(device);
-  return weights;
+  return autocast_compute_dtype(model->device().type(), model->model->embed_tokens->weight.scalar_type());
 }
 
 FusedDecodingWeights::FusedDecodingWeights(CausalLM& model) : model_(model) {

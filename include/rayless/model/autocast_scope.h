@@ -5,6 +5,13 @@
 
 namespace rayless {
 
+// The dtype a float32 operand of a lowered op (matmul, attention) computes in on `device` now: the
+// autocast dtype while autocast is on there, else its own. Other dtypes are left as they are.
+inline at::ScalarType autocast_compute_dtype(at::DeviceType device, at::ScalarType dtype) {
+  if (dtype == at::kFloat && at::autocast::is_autocast_enabled(device)) return at::autocast::get_autocast_dtype(device);
+  return dtype;
+}
+
 // bfloat16 autocast on the device's type while alive (train.bf16): forward passes and generation
 // compute in bfloat16 where autocast lowers an op, with float32 master weights. Its cast cache (each
 // weight cast once) is dropped on exit, as the weights change after it.
