@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/options.h"
@@ -28,6 +29,10 @@ int version(const Args& args) {
     const int v = mi_version();
     allocator = "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
   }
+  // bounded by main() unless the user set it (src/cli/main.cpp)
+  std::string onednn_cache = "1024 kernels (oneDNN's default)";
+  if (const char* set = std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")) onednn_cache = std::string(set) + " kernels";
+  else if (const char* legacy = std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY")) onednn_cache = std::string(legacy) + " kernels";
   const CommunicatorBackend* nccl = find_communicator_backend("nccl");
   std::cout << "rayless " << RAYLESS_VERSION << "\n"
             << "libtorch " << TORCH_VERSION << " (CUDA " << (at::hasCUDA() ? "yes" : "no") << ")\n"
@@ -35,7 +40,8 @@ int version(const Args& args) {
             << "\n"
             << "mpi " << mpi << "\n"
             << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << "\n"
-            << "allocator " << allocator << std::endl;
+            << "allocator " << allocator << "\n"
+            << "onednn kernel cache " << onednn_cache << std::endl;
   return 0;
 }
 

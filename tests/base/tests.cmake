@@ -38,3 +38,11 @@ set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-
 add_test(NAME cli-defaults-match-trl
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/defaults_match_trl.py $<TARGET_FILE:rayless>
                  ${CMAKE_SOURCE_DIR}/tests/data/grpo_config_defaults.json)
+
+# main() bounds oneDNN's kernel cache (bfloat16 matmuls cache a kernel per shape: peak RSS grew every
+# step) unless the user set it; `rayless version` reports the bound in force
+add_test(NAME cli-version-onednn-kernel-cache COMMAND sh -c "\
+  env -u ONEDNN_PRIMITIVE_CACHE_CAPACITY -u DNNL_PRIMITIVE_CACHE_CAPACITY $<TARGET_FILE:rayless> version > v1.txt && cat v1.txt && \
+  grep -qx 'onednn kernel cache 256 kernels' v1.txt && \
+  ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 $<TARGET_FILE:rayless> version | grep -qx 'onednn kernel cache 1024 kernels' && \
+  env -u ONEDNN_PRIMITIVE_CACHE_CAPACITY DNNL_PRIMITIVE_CACHE_CAPACITY=64 $<TARGET_FILE:rayless> version | grep -qx 'onednn kernel cache 64 kernels'")
