@@ -18,6 +18,9 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 # the venvs, test scratch; sampled every 20 s on 2026-12-02), hence 10 GiB.
 check_free_space() {
   local dir=$1 need_gib=$2 free_kib
+  case $need_gib in
+    '' | *[!0-9]*) echo "test: error: RAYLESS_TEST_MIN_FREE_GIB=$need_gib: expected a whole number of GiB" >&2; exit 2 ;;
+  esac
   free_kib=$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $4}')
   [ -n "$free_kib" ] || return 0
   echo "test: $((free_kib / 1024 / 1024)) GiB free for $dir"
