@@ -3,9 +3,9 @@
 #include <mpi.h>
 #include <torch/version.h>
 
-#include <cstdlib>
 #include <iostream>
 
+#include "cli/onednn_cache.h"
 #include "cli/options.h"
 #include "rayless/comm/communicator.h"
 
@@ -29,10 +29,9 @@ int version(const Args& args) {
     const int v = mi_version();
     allocator = "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
   }
-  // bounded by main() unless the user set it (src/cli/main.cpp)
-  std::string onednn_cache = "1024 kernels (oneDNN's default)";
-  if (const char* set = std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")) onednn_cache = std::string(set) + " kernels";
-  else if (const char* legacy = std::getenv("DNNL_PRIMITIVE_CACHE_CAPACITY")) onednn_cache = std::string(legacy) + " kernels";
+  // bounded by main() unless the user set it
+  std::string onednn_cache = onednn_kernel_cache_capacity();
+  onednn_cache = onednn_cache.empty() ? "1024 kernels (oneDNN's default)" : onednn_cache + " kernels";
   const CommunicatorBackend* nccl = find_communicator_backend("nccl");
   std::cout << "rayless " << RAYLESS_VERSION << "\n"
             << "libtorch " << TORCH_VERSION << " (CUDA " << (at::hasCUDA() ? "yes" : "no") << ")\n"
