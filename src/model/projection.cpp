@@ -1,5 +1,7 @@
 #include "rayless/model/projection.h"
 
+#include "rayless/model/autocast_linear.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/types.h>
 
@@ -15,7 +17,8 @@ ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_fea
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::linear(x, weight, bias);
+  // under autocast, training passes hold the float32 weight for backward, not a low-precision copy
+  torch::Tensor y = autocast_linear_applies(x, weight) ? autocast_linear(x, weight, bias) : torch::linear(x, weight, bias);
   if (lora_A.is_empty() || !lora_active) return y;
   torch::Tensor adapter_input = x.to(lora_A->weight.scalar_type());
   if (lora_dropout > 0 && is_training() && torch::GradMode::is_enabled())

@@ -2,6 +2,7 @@
 
 #include "helpers.h"
 #include "rayless/base/error.h"
+#include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/model/safetensors.h"
@@ -264,6 +265,108 @@ TEST_CASE("fused decoding weights give the separate projections' logits") {
   CHECK_FALSE(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->decoding_qkv.defined());
 }
 
+// autocast_linear keeps the float32 weight for backward instead of autocast's bfloat16 copy; its
+// output and every gradient (input, weight, bias) must equal autocast's torch::linear bit for bit, for
+// the inputs the model gives it: 2 and 3 dimensions, float32 or bfloat16, with and without a bias.
+TEST_CASE("autocast_linear gives autocast's linear bit for bit and holds no bfloat16 weight") {
+  torch::manual_seed(7);
+  struct Case {
+    std::vector<int64_t> input_shape;
+    int64_t out;
+    bool bias;
+    torch::Dtype input_dtype;
+  };
+  const std::vector<Case> cases{{{37, 64}, 48, true, torch::kFloat32},   {{37, 64}, 48, false, torch::kFloat32},
+                                {{1, 29, 64}, 160, true, torch::kFloat32}, {{3, 11, 64}, 96, false, torch::kFloat32},
+                                {{2, 13, 64}, 96, true, torch::kBFloat16}, {{1, 1, 64}, 16, true, torch::kFloat32},
+                                {{1, 576, 1792}, 640, false, torch::kBFloat16}, {{576, 1792}, 640, false, torch::kBFloat16}};
+  for (const auto& c : cases) {
+    INFO("input " << c.input_shape << ", " << c.out << " outputs, bias " << c.bias << ", " << c.input_dtype);
+    const int64_t in = c.input_shape.back();
+    auto weight = torch::randn({c.out, in}).div_(8).requires_grad_(true);
+    auto bias = c.bias ? torch::randn({c.out}).requires_grad_(true) : torch::Tensor();
+    auto x = torch::randn(c.input_shape).to(c.input_dtype).requires_grad_(true);
+    auto projection = torch::randn(c.input_shape).index({torch::indexing::Ellipsis, torch::indexing::Slice(0, 1)});
+    auto run = [&](bool lean) {
+      AutocastScope autocast(true, torch::kCPU);
+      REQUIRE(autocast_linear_applies(x, weight));
+      auto y = lean ? autocast_linear(x, weight, bias) : torch::linear(x, weight, bias);
+      // a downstream float32 use, as the residual stream's
+      auto loss = (y.to(torch::kFloat32) * torch::randn(y.sizes(), torch::Generator(at::detail::createCPUGenerator(3)))).sum();
+      std::vector<torch::Tensor> inputs{x, weight};
+      if (c.bias) inputs.push_back(bias);
+      auto grads = torch::autograd::grad({loss}, inputs);
+      grads.insert(grads.begin(), y.detach());
+      return grads;
+    };
+    const auto lean = run(true);
+    const auto plain = run(false);
+    REQUIRE(lean.size() == plain.size());
+    CHECK(lean[0].scalar_type() == plain[0].scalar_type());
+    for (size_t i = 0; i < lean.size(); ++i) {
+      INFO("tensor " << i << " (output, input grad, weight grad, bias grad)");
+      CHECK(lean[i].scalar_type() == plain[i].scalar_type());
+      CHECK(torch::equal(lean[i], plain[i]));
+    }
+  }
+}
+
+// q, k and v (and gate and up) project one input: autocast casts it for each projection, autocast_linear
+// once. The input's gradient (the float32 sum of the projections' own) must be the same bit for bit.
+TEST_CASE("autocast_linear: projections of one input share its cast, with autocast's gradients bit for bit") {
+  torch::manual_seed(5);
+  std::vector<torch::Tensor> weights, biases;
+  for (int64_t out : {96, 32, 32}) {
+    weights.push_back(torch::randn({out, 64}).div_(8).requires_grad_(true));
+    biases.push_back(torch::randn({out}).requires_grad_(true));
+  }
+  auto leaf = torch::randn({1, 41, 64}).requires_grad_(true);
+  auto run = [&](bool lean) {
+    torch::Tensor loss = torch::zeros({});
+    {
+      AutocastScope autocast(true, torch::kCPU);
+      auto x = leaf * 1.5;  // not a leaf, as the normed hidden state
+      for (size_t i = 0; i < weights.size(); ++i) {
+        auto y = lean ? autocast_linear(x, weights[i], biases[i]) : torch::linear(x, weights[i], biases[i]);
+        loss = loss + (y.to(torch::kFloat32) * torch::randn(y.sizes(), torch::Generator(at::detail::createCPUGenerator(i)))).sum();
+      }
+    }
+    std::vector<torch::Tensor> inputs{leaf};
+    inputs.insert(inputs.end(), weights.begin(), weights.end());
+    inputs.insert(inputs.end(), biases.begin(), biases.end());
+    return torch::autograd::grad({loss}, inputs);
+  };
+  const auto lean = run(true);
+  const auto plain = run(false);
+  for (size_t i = 0; i < lean.size(); ++i) {
+    INFO("gradient " << i << " (input, 3 weights, 3 biases)");
+    CHECK(torch::equal(lean[i], plain[i]));
+  }
+}
+
+// What backward holds: autograd's linear under autocast keeps a bfloat16 copy of the weight (so the
+// float32 weight may change before backward without notice); autocast_linear keeps the float32 weight
+// itself, which autograd's version check then guards.
+TEST_CASE("autocast_linear: backward holds the float32 weight, not a bfloat16 copy") {
+  auto weight = torch::randn({256, 128}).requires_grad_(true);
+  auto x = torch::randn({4, 128});
+  auto forward_then_change_weight = [&](bool lean) {
+    torch::Tensor y;
+    {
+      AutocastScope autocast(true, torch::kCPU);
+      y = lean ? autocast_linear(x, weight, torch::Tensor()) : torch::linear(x, weight);
+    }
+    auto loss = y.to(torch::kFloat32).sum();
+    torch::NoGradGuard no_grad;
+    weight.add_(1.0);
+    return loss;
+  };
+  auto plain = forward_then_change_weight(false);
+  CHECK_NOTHROW(plain.backward());  // its own copy, unchanged
+  auto lean = forward_then_change_weight(true);
+  CHECK_THROWS_WITH(lean.backward(), Catch::Contains("modified by an inplace operation"));
+}
+
 // The MLP's activation keeps fewer tensors for backward than autograd's silu and mul, with autograd's
 // own backward arithmetic: values and gradients must be bit-for-bit equal, in float32 and float64.
 TEST_CASE("silu_times gives autograd's value and gradients bit for bit") {
@@ -282,4 +385,44 @@ TEST_CASE("silu_times gives autograd's value and gradients bit for bit") {
     CHECK(torch::equal(lean_gate, g[0]));
     CHECK(torch::equal(lean_up, g[1]));
   }
+}
+
+
+// The packed layout runs a micro-batch in two forwards (the distinct prompts, then the completions),
+// so each weight is used twice under one autocast scope. autograd's linear shares autocast's cached
+// bfloat16 copy between the uses and sums their two bfloat16 weight gradients in bfloat16;
+// autocast_linear returns each use's gradient in float32 and autograd sums them there. So its weight
+// gradient is exactly the float32 sum of the two uses' own (autocast's, bit for bit), and nearer the
+// float64 gradient of the same bfloat16 operands.
+TEST_CASE("autocast_linear: a weight used twice gets the float32 sum of the two uses' gradients") {
+  torch::manual_seed(11);
+  auto weight = torch::randn({384, 256}).div_(16).requires_grad_(true);
+  auto x1 = torch::randn({63, 256});
+  auto x2 = torch::randn({449, 256});
+  auto r1 = torch::randn({63, 384});
+  auto r2 = torch::randn({449, 384});
+  auto weight_grad = [&](bool lean, const std::vector<std::pair<torch::Tensor, torch::Tensor>>& uses) {
+    torch::Tensor loss = torch::zeros({});
+    {
+      AutocastScope autocast(true, torch::kCPU);
+      for (const auto& [x, r] : uses) {
+        auto input = x.requires_grad_(false) * 1.0;
+        auto y = lean ? autocast_linear(input, weight, torch::Tensor()) : torch::linear(input, weight);
+        loss = loss + (y.to(torch::kFloat32) * r).sum();
+      }
+    }
+    return torch::autograd::grad({loss}, {weight})[0];
+  };
+  const auto lean = weight_grad(true, {{x1, r1}, {x2, r2}});
+  const auto plain = weight_grad(false, {{x1, r1}, {x2, r2}});
+  const auto first = weight_grad(false, {{x1, r1}});
+  const auto second = weight_grad(false, {{x2, r2}});
+  CHECK(torch::equal(lean, first + second));
+  CHECK_FALSE(torch::equal(plain, lean));  // autocast's sum rounded to bfloat16 first
+  auto bf16_operand = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).to(torch::kFloat64); };
+  const auto exact = bf16_operand(r1).t().mm(bf16_operand(x1)) + bf16_operand(r2).t().mm(bf16_operand(x2));
+  const double lean_error = (lean.to(torch::kFloat64) - exact).norm().item<double>();
+  const double plain_error = (plain.to(torch::kFloat64) - exact).norm().item<double>();
+  INFO("error against float64: autocast_linear " << lean_error << ", autocast's linear " << plain_error);
+  CHECK(lean_error < plain_error);
 }

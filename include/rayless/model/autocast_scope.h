@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
+#include "rayless/model/autocast_linear.h"
+
 namespace rayless {
 
 // The dtype a float32 operand of a lowered op (matmul, attention) computes in on `device` now: the
@@ -13,8 +15,8 @@ inline at::ScalarType autocast_compute_dtype(at::DeviceType device, at::ScalarTy
 }
 
 // bfloat16 autocast on the device's type while alive (train.bf16): forward passes and generation
-// compute in bfloat16 where autocast lowers an op, with float32 master weights. Its cast cache (each
-// weight cast once) is dropped on exit, as the weights change after it.
+// compute in bfloat16 where autocast lowers an op, with float32 master weights. Its cast caches (each
+// weight cast once, and autocast_linear's last input) are dropped on exit, as the weights change after it.
 class AutocastScope {
  public:
   AutocastScope(bool enabled, torch::Device device) : enabled_(enabled), type_(device.type()) {
@@ -29,6 +31,7 @@ class AutocastScope {
     at::autocast::set_autocast_enabled(type_, previous_);
     at::autocast::set_autocast_dtype(type_, previous_dtype_);
     at::autocast::clear_cache();
+    clear_autocast_linear_casts();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;

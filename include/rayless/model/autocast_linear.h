@@ -1,0 +1,29 @@
+// The model's linear layers in training passes under autocast (train.bf16), holding less for backward
+// than autograd's linear under autocast: no low-precision copy of the weight, one cast of an input
+// that several projections share.
+#pragma once
+#include <torch/types.h>
+
+namespace rayless {
+
+// True when torch::linear(x, weight, bias) would run lowered by autocast with a float32 weight that
+// trains, on the CPU, in a form autocast_linear reproduces bit for bit (x contiguous, of 2 or 3 dimensions, float32 or
+// already in the autocast dtype).
+bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
+
+// torch::linear(x, weight, bias) as autocast computes it (operands cast to the autocast dtype), with
+// the same output and the same gradients bit for bit for a weight used once. Two savings:
+// - autograd's linear keeps the cast weight until its backward runs, so a whole model's low-precision
+//   copy (autocast's cache) is held from the forward to the end of backward; this keeps the float32
+//   weight it already has and casts it again in its backward. A weight used twice before backward
+//   (the packed layout's prompt and completion passes) gets the float32 sum of the two uses'
+//   gradients, where autocast sums them in its own dtype first.
+// - projections of the same input in a row (q, k, v; gate, up) share one cast of it, where autocast
+//   casts it for each and autograd keeps every cast; the input's gradient is the same float32 sum.
+// Call only where autocast_linear_applies.
+torch::Tensor autocast_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+// Forgets the remembered input cast (AutocastScope's end does, with autocast's own cache).
+void clear_autocast_linear_casts();
+
+}  // namespace rayless
