@@ -361,13 +361,57 @@ torch::Tensor silu_times(const torch::Tensor& gate, const torch::Tensor& up) {
   return SiluTimes::apply(gate, up);
 }
 
+namespace {
+// silu(gate) * up, then the down projection (no bias), keeping gate, up and the weight: the product,
+// an intermediate-sized tensor per token and layer, is recomputed in backward instead of kept as the
+// projection's saved input. Under autocast gate and up are already in the compute dtype and the weight
+// is cast to it, as autocast_linear does. The backward is autograd's arithmetic for mm (the product
+// flattened to 2 dimensions, row-major; the weight's transpose column-major), the cast's and SiluTimes'.
+struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
+                               const torch::Tensor& up, const torch::Tensor& weight) {
+    ctx->save_for_backward({gate, up, weight});
+    return torch::linear(torch::silu(gate) * up, weight.to(gate.scalar_type()));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& gate = saved[0];
+    const auto& up = saved[1];
+    const auto& weight = saved[2];
+    const torch::Tensor product = torch::silu(gate) * up;
+    const torch::Tensor product_2d = product.reshape({-1, product.size(-1)});
+    const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
+    const torch::Tensor grad_weight = grad_2d.t().mm(product_2d).to(weight.scalar_type());
+    const torch::Tensor grad_product = grad_2d.mm(weight.to(gate.scalar_type())).reshape(product.sizes());
+    return {at::silu_backward(grad_product * up, gate), grad_product * torch::silu(gate), grad_weight};
+  }
+};
+}  // namespace
+
+torch::Tensor silu_times_down(const torch::Tensor& gate, const torch::Tensor& up, const Projection& down) {
+  if (!torch::GradMode::is_enabled() || down->bias.defined() || down->has_lora()) return {};
+  const torch::Tensor& weight = down->weight;
+  if (!weight.requires_grad() || !gate.is_contiguous() || !up.is_contiguous() || gate.sizes() != up.sizes() ||
+      gate.scalar_type() != up.scalar_type() || (gate.dim() != 2 && gate.dim() != 3))
+    return {};
+  // the dtype the down projection computes in, which the product must have: autocast's for a float32
+  // weight it lowers (on the CPU, as autocast_linear; elsewhere autograd's linear stays), else the weight's
+  const auto compute = autocast_compute_dtype(weight.device().type(), weight.scalar_type());
+  if ((compute != weight.scalar_type() && !weight.device().is_cpu()) || gate.scalar_type() != compute) return {};
+  return SiluTimesDown::apply(gate, up, weight);
+}
+
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (decoding_gate_up.defined() && !torch::GradMode::is_enabled()) {
     const auto gate_up = decoding_gate_up(x);
     const int64_t intermediate = gate_up.size(-1) / 2;
     return decoding_down(torch::silu(gate_up.narrow(-1, 0, intermediate)) * gate_up.narrow(-1, intermediate, intermediate));
   }
-  return down_proj(silu_times(gate_proj(x), up_proj(x)));
+  const auto gate = gate_proj(x);
+  const auto up = up_proj(x);
+  if (auto out = silu_times_down(gate, up, down_proj); out.defined()) return out;
+  return down_proj(silu_times(gate, up));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelArchConfig& c) {

@@ -265,6 +265,43 @@ TEST_CASE("fused decoding weights give the separate projections' logits") {
   CHECK_FALSE(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->decoding_qkv.defined());
 }
 
+// The MLP's down projection recomputes its input, silu(gate) * up, in backward instead of keeping it:
+// its output and every gradient (the MLP's input, gate, up and down weights) must be those of
+// down_proj(silu_times(gate, up)) bit for bit, in float32 and float64 and under bfloat16 autocast.
+TEST_CASE("silu_times_down gives down_proj(silu_times(gate, up)) bit for bit") {
+  const ModelArchConfig config = tiny_config();
+  for (auto [dtype, autocast_on] : {std::pair{torch::kFloat32, false}, std::pair{torch::kFloat64, false},
+                                    std::pair{torch::kFloat32, true}}) {
+    INFO(dtype << (autocast_on ? " under bfloat16 autocast" : ""));
+    torch::manual_seed(3);
+    MLP mlp(config);
+    mlp->to(dtype);
+    auto leaf = torch::randn({2, 9, config.hidden_size}, dtype).requires_grad_(true);
+    auto weight = torch::randn({2, 9, config.hidden_size}, dtype);
+    auto run = [&](bool recomputed) {
+      torch::Tensor out;
+      {
+        AutocastScope autocast(autocast_on, torch::kCPU);
+        auto x = leaf * 1.0;
+        auto gate = mlp->gate_proj(x);
+        auto up = mlp->up_proj(x);
+        out = recomputed ? silu_times_down(gate, up, mlp->down_proj) : mlp->down_proj(silu_times(gate, up));
+        REQUIRE(out.defined());
+      }
+      auto grads = torch::autograd::grad({(out.to(dtype) * weight).sum()},
+                                         {leaf, mlp->gate_proj->weight, mlp->up_proj->weight, mlp->down_proj->weight});
+      grads.insert(grads.begin(), out.detach());
+      return grads;
+    };
+    const auto recomputed = run(true);
+    const auto kept = run(false);
+    for (size_t i = 0; i < kept.size(); ++i) {
+      INFO("tensor " << i << " (output, input grad, gate, up, down weight grads)");
+      CHECK(torch::equal(recomputed[i], kept[i]));
+    }
+  }
+}
+
 // autocast_linear keeps the float32 weight for backward instead of autocast's bfloat16 copy; its
 // output and every gradient (input, weight, bias) must equal autocast's torch::linear bit for bit, for
 // the inputs the model gives it: 2 and 3 dimensions, float32 or bfloat16, with and without a bias.

@@ -97,6 +97,11 @@ TORCH_MODULE(Attention);
 // silu(gate) * up, the MLP's activation. With gradients enabled it keeps only gate and up for
 // backward, not silu(gate) as autograd would (the gradients are bit-for-bit autograd's).
 torch::Tensor silu_times(const torch::Tensor& gate, const torch::Tensor& up);
+// down(silu(gate) * up) for a pass with gradients, keeping only gate, up and the down weight for
+// backward: the product, the down projection's input, is recomputed there (gradients bit for bit
+// those of down_proj(silu_times(gate, up))). Undefined when it does not apply (an adapter or a bias
+// on down, no gradients, a layout autograd's linear would treat otherwise); then call them apart.
+torch::Tensor silu_times_down(const torch::Tensor& gate, const torch::Tensor& up, const Projection& down);
 
 class MLPImpl : public torch::nn::Module {
  public:
