@@ -437,8 +437,9 @@ DecoderImpl::DecoderImpl(const ModelArchConfig& c) {
 // ---- gradient checkpointing --------------------------------------------------------------------
 
 namespace {
-// Runs one layer without keeping its activations; backward recomputes it with grad enabled and
-// differentiates the recomputation (no dropout here, so recomputation is exact).
+// Runs one layer without keeping its activations; backward recomputes it with grad enabled, under the
+// autocast the forward ran in, and differentiates the recomputation (no dropout here, so
+// recomputation is exact).
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
                                                 torch::TensorList params, int64_t layer_address, torch::Tensor cos,
@@ -454,6 +455,9 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["packed"] = packed;
     if (packed) ctx->saved_data["token_index"] = token_index;
     ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+    // backward runs after the caller's autocast scope has closed: the recomputation re-enters it
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(x.device().type());
+    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(at::autocast::get_autocast_dtype(x.device().type()));
     ctx->save_for_backward({x});
     return {layer->forward(x, RotaryTables{cos, sin}, mask, nullptr, 0, token_index)};
   }
@@ -470,6 +474,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
+      AutocastScope autocast(ctx->saved_data["autocast"].toBool(), x.device(),
+                             static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()));
       out = layer->forward(x, rope, mask, nullptr, 0, token_index);
     }
     std::vector<torch::Tensor> inputs{x};

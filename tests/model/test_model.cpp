@@ -126,6 +126,40 @@ TEST_CASE("gradient checkpointing gives the same gradients") {
   for (size_t i = 0; i < grads_plain.size(); ++i) CHECK(torch::allclose(grads_plain[i], grads_ckpt[i], 1e-5, 1e-7));
 }
 
+// train.bf16 with gradient checkpointing (TRL's defaults: bf16 and gradient_checkpointing on): the
+// forward runs under autocast and backward after the autocast scope has closed, as in the trainer, so
+// the recomputation must run under the autocast the forward had (torch.utils.checkpoint, which TRL
+// uses, restores it too). Then the gradients are the ones without checkpointing, bit for bit.
+TEST_CASE("gradient checkpointing under bfloat16 autocast recomputes under autocast: the same gradients") {
+  auto run = [](bool checkpoint) {
+    CausalLM model(tiny_config());
+    model->init_weights(3);
+    model->train();
+    model->set_gradient_checkpointing(checkpoint);
+    torch::manual_seed(0);
+    auto ids = torch::randint(0, 256, {2, 6}, torch::kLong);
+    auto mask = torch::ones({2, 6}, torch::kLong);
+    mask[0][0] = 0;
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(true, torch::kCPU);
+      loss = model->forward(ids, mask).to(torch::kFloat32).log_softmax(-1).select(-1, 5).sum();
+    }
+    loss.backward();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss.item<double>(), grads);
+  };
+  auto [loss_plain, grads_plain] = run(false);
+  auto [loss_ckpt, grads_ckpt] = run(true);
+  CHECK(loss_plain == loss_ckpt);
+  REQUIRE(grads_plain.size() == grads_ckpt.size());
+  for (size_t i = 0; i < grads_plain.size(); ++i) {
+    INFO("parameter " << i << ": largest difference " << (grads_plain[i] - grads_ckpt[i]).abs().max().item<double>());
+    CHECK(torch::equal(grads_plain[i], grads_ckpt[i]));
+  }
+}
+
 TEST_CASE("parameter names are the HF state dict names") {
   CausalLM model(load_model_config(test::golden_dir() / "llama"));
   auto names = model->named_parameters().keys();

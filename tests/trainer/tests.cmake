@@ -13,10 +13,15 @@ add_test(NAME trainer-resume-mid-accumulation-np2
 add_test(NAME trainer-old-logprob-passes COMMAND ${CMAKE_CURRENT_LIST_DIR}/old_logprob_passes.sh $<TARGET_FILE:rayless>)
 add_test(NAME trainer-old-logprob-passes-bf16 COMMAND ${CMAKE_CURRENT_LIST_DIR}/old_logprob_passes.sh $<TARGET_FILE:rayless> bf16)
 add_test(NAME trainer-padding-free-same-metrics COMMAND ${CMAKE_CURRENT_LIST_DIR}/padding_free_same_metrics.sh $<TARGET_FILE:rayless>)
+add_test(NAME trainer-gradient-checkpointing-same-metrics
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/gradient_checkpointing_same_metrics.sh $<TARGET_FILE:rayless>)
+add_test(NAME trainer-gradient-checkpointing-same-metrics-bf16
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/gradient_checkpointing_same_metrics.sh $<TARGET_FILE:rayless> bf16)
 add_test(NAME trainer-bad-config-all-ranks-exit2
          COMMAND sh -c "mpirun -np 2 --oversubscribe $<TARGET_FILE:rayless> train --config ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set grpo.loss_type=ppo > out.txt 2>&1; rc=$?; cat out.txt; [ $rc -eq 2 ] && [ $(grep -c 'rayless: error:' out.txt) -eq 1 ]")
 set_tests_properties(trainer-resume-mid-cycle-np2 trainer-resume-mid-accumulation-np2 trainer-old-logprob-passes trainer-old-logprob-passes-bf16
-                     trainer-padding-free-same-metrics
+                     trainer-padding-free-same-metrics trainer-gradient-checkpointing-same-metrics
+                     trainer-gradient-checkpointing-same-metrics-bf16
                      trainer-bad-config-all-ranks-exit2
                      PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2 LABELS "mpi;e2e"
                                 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

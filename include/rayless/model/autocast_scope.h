@@ -19,12 +19,14 @@ inline at::ScalarType autocast_compute_dtype(at::DeviceType device, at::ScalarTy
 // weight cast once, and autocast_linear's last input) are dropped on exit, as the weights change after it.
 class AutocastScope {
  public:
-  AutocastScope(bool enabled, torch::Device device) : enabled_(enabled), type_(device.type()) {
+  // dtype: bfloat16 for train.bf16; a recomputation restores the dtype its forward had
+  AutocastScope(bool enabled, torch::Device device, at::ScalarType dtype = at::kBFloat16)
+      : enabled_(enabled), type_(device.type()) {
     if (!enabled_) return;
     previous_ = at::autocast::is_autocast_enabled(type_);
     previous_dtype_ = at::autocast::get_autocast_dtype(type_);
     at::autocast::set_autocast_enabled(type_, true);
-    at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+    at::autocast::set_autocast_dtype(type_, dtype);
   }
   ~AutocastScope() {
     if (!enabled_) return;
