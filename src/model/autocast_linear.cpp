@@ -53,22 +53,27 @@ struct AutocastLinear : public torch::autograd::Function<AutocastLinear> {
     const torch::Tensor& weight = saved[1];
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const auto input_dtype = static_cast<at::ScalarType>(ctx->saved_data["input_dtype"].toInt());
-    const torch::Tensor x_2d = x_low.reshape({-1, x_low.size(-1)});  // a view: x_low is contiguous
-    const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
-    const torch::Tensor weight_low = weight.to(x_low.scalar_type());  // cast again, not kept from forward
-    // mm(x_2d, weight_low.t()): mat1's grad is grad.mm(mat2.t()); mat2 is column-major, so its grad is
-    // grad.t().mm(mat1).t(), transposed back by t()'s grad; each cast's grad casts back
-    const torch::Tensor grad_x = grad_2d.mm(weight_low).reshape(x_low.sizes()).to(input_dtype);
-    const torch::Tensor grad_weight = grad_2d.t().mm(x_2d).to(weight.scalar_type());
+    // the weight cast again, not kept from forward; each cast's gradient is cast back
+    const LinearGrads grads = linear_grads(grad_outputs[0], x_low, weight.to(x_low.scalar_type()));
     torch::Tensor grad_bias;
     if (has_bias) {
       const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+      const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
       grad_bias = at::sum_to(grad_2d, c10::IntArrayRef{grad_2d.size(1)}).to(bias_dtype);  // addmm's broadcast bias
     }
-    return {grad_x, torch::Tensor(), grad_weight, grad_bias, torch::Tensor()};
+    return {grads.input.to(input_dtype), torch::Tensor(), grads.weight.to(weight.scalar_type()), grad_bias,
+            torch::Tensor()};
   }
 };
 }  // namespace
+
+LinearGrads linear_grads(const torch::Tensor& grad_output, const torch::Tensor& input, const torch::Tensor& weight) {
+  const torch::Tensor input_2d = input.reshape({-1, input.size(-1)});  // a view: input is contiguous
+  const torch::Tensor grad_2d = grad_output.reshape({-1, grad_output.size(-1)});
+  // mm(input_2d, weight.t()): mat1's grad is grad.mm(mat2.t()); mat2 is column-major, so its grad is
+  // grad.t().mm(mat1).t(), transposed back by t()'s grad
+  return {grad_2d.mm(weight).reshape(input.sizes()), grad_2d.t().mm(input_2d)};
+}
 
 void clear_autocast_linear_casts() { last_input_cast = LastInputCast{}; }
 

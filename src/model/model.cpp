@@ -10,6 +10,7 @@
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/lora.h"
 
@@ -365,8 +366,8 @@ namespace {
 // silu(gate) * up, then the down projection (no bias), keeping gate, up and the weight: the product,
 // an intermediate-sized tensor per token and layer, is recomputed in backward instead of kept as the
 // projection's saved input. Under autocast gate and up are already in the compute dtype and the weight
-// is cast to it, as autocast_linear does. The backward is autograd's arithmetic for mm (the product
-// flattened to 2 dimensions, row-major; the weight's transpose column-major), the cast's and SiluTimes'.
+// is cast to it, as autocast_linear does. The backward is autograd's arithmetic for the linear
+// (linear_grads), the weight's cast and SiluTimes.
 struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
                                const torch::Tensor& up, const torch::Tensor& weight) {
@@ -379,12 +380,10 @@ struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
     const auto& gate = saved[0];
     const auto& up = saved[1];
     const auto& weight = saved[2];
-    const torch::Tensor product = torch::silu(gate) * up;
-    const torch::Tensor product_2d = product.reshape({-1, product.size(-1)});
-    const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
-    const torch::Tensor grad_weight = grad_2d.t().mm(product_2d).to(weight.scalar_type());
-    const torch::Tensor grad_product = grad_2d.mm(weight.to(gate.scalar_type())).reshape(product.sizes());
-    return {at::silu_backward(grad_product * up, gate), grad_product * torch::silu(gate), grad_weight};
+    const LinearGrads grads = linear_grads(grad_outputs[0], torch::silu(gate) * up, weight.to(gate.scalar_type()));
+    const torch::Tensor& grad_product = grads.input;
+    return {at::silu_backward(grad_product * up, gate), grad_product * torch::silu(gate),
+            grads.weight.to(weight.scalar_type())};
   }
 };
 }  // namespace

@@ -23,6 +23,15 @@ bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight
 // Call only where autocast_linear_applies.
 torch::Tensor autocast_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
+// autograd's gradients of torch::linear(input, weight) without a bias, for a contiguous input of 2 or
+// 3 dimensions (addmm or mm on it flattened to 2, row-major): the input's (its shape) and the
+// weight's, both in the operands' dtype, bit for bit autograd's. For backward passes that keep less
+// than autograd's linear would and recompute the rest.
+struct LinearGrads {
+  torch::Tensor input, weight;
+};
+LinearGrads linear_grads(const torch::Tensor& grad_output, const torch::Tensor& input, const torch::Tensor& weight);
+
 // Forgets the remembered input cast (AutocastScope's end does, with autocast's own cache).
 void clear_autocast_linear_casts();
 
