@@ -391,13 +391,15 @@ struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
 torch::Tensor silu_times_down(const torch::Tensor& gate, const torch::Tensor& up, const Projection& down) {
   if (!torch::GradMode::is_enabled() || down->bias.defined() || down->has_lora()) return {};
   const torch::Tensor& weight = down->weight;
+  // checked bit for bit on the CPU only, as autocast_linear: GPUs keep autograd's linear until a device
+  // run compares them
+  if (!weight.device().is_cpu()) return {};
   if (!weight.requires_grad() || !gate.is_contiguous() || !up.is_contiguous() || gate.sizes() != up.sizes() ||
       gate.scalar_type() != up.scalar_type() || (gate.dim() != 2 && gate.dim() != 3))
     return {};
   // the dtype the down projection computes in, which the product must have: autocast's for a float32
-  // weight it lowers (on the CPU, as autocast_linear; elsewhere autograd's linear stays), else the weight's
-  const auto compute = autocast_compute_dtype(weight.device().type(), weight.scalar_type());
-  if ((compute != weight.scalar_type() && !weight.device().is_cpu()) || gate.scalar_type() != compute) return {};
+  // weight it lowers, else the weight's
+  if (gate.scalar_type() != autocast_compute_dtype(weight.device().type(), weight.scalar_type())) return {};
   return SiluTimesDown::apply(gate, up, weight);
 }
 

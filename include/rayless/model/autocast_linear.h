@@ -7,8 +7,8 @@
 namespace rayless {
 
 // True when torch::linear(x, weight, bias) would run lowered by autocast with a float32 weight that
-// trains, on the CPU, in a form autocast_linear reproduces bit for bit (x contiguous, of 2 or 3 dimensions, float32 or
-// already in the autocast dtype).
+// trains, on the CPU, in a form autocast_linear reproduces bit for bit (x contiguous, of 2 or 3
+// dimensions, float32 or already in the autocast dtype).
 bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
 
 // torch::linear(x, weight, bias) as autocast computes it (operands cast to the autocast dtype), with
