@@ -316,8 +316,11 @@ TEST_CASE("fused decoding weights give the separate projections' logits") {
 // down_proj(silu_times(gate, up)) bit for bit, in float32 and float64 and under bfloat16 autocast.
 TEST_CASE("silu_times_down gives down_proj(silu_times(gate, up)) bit for bit") {
   const ModelArchConfig config = tiny_config();
-  for (auto [dtype, autocast_on] : {std::pair{torch::kFloat32, false}, std::pair{torch::kFloat64, false},
-                                    std::pair{torch::kFloat32, true}}) {
+  for (const auto& setting : {std::pair{torch::kFloat32, false}, std::pair{torch::kFloat64, false},
+                              std::pair{torch::kFloat32, true}}) {
+    // copies, not structured bindings: C++17 lambdas cannot capture those (clang refuses)
+    const torch::Dtype dtype = setting.first;
+    const bool autocast_on = setting.second;
     INFO(dtype << (autocast_on ? " under bfloat16 autocast" : ""));
     torch::manual_seed(3);
     MLP mlp(config);
