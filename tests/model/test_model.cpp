@@ -115,24 +115,33 @@ TEST_CASE("KV-cached incremental forward equals the full forward") {
   CHECK(masked_max_error(incremental, full, mask) < 1e-5);
 }
 
+namespace {
+// One forward and backward of the tiny model, with or without checkpointing; under autocast the
+// forward runs in an AutocastScope and backward after it has closed, as in the trainer.
+std::pair<double, std::vector<torch::Tensor>> checkpointing_run(bool checkpoint, bool autocast_on) {
+  CausalLM model(tiny_config());
+  model->init_weights(3);
+  model->train();
+  model->set_gradient_checkpointing(checkpoint);
+  torch::manual_seed(0);
+  auto ids = torch::randint(0, 256, {2, 6}, torch::kLong);
+  auto mask = torch::ones({2, 6}, torch::kLong);
+  mask[0][0] = 0;
+  torch::Tensor loss;
+  {
+    AutocastScope autocast(autocast_on, torch::kCPU);
+    loss = model->forward(ids, mask).to(torch::kFloat32).log_softmax(-1).select(-1, 5).sum();
+  }
+  loss.backward();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
+  return {loss.item<double>(), grads};
+}
+}  // namespace
+
 TEST_CASE("gradient checkpointing gives the same gradients") {
-  auto run = [](bool checkpoint) {
-    CausalLM model(tiny_config());
-    model->init_weights(3);
-    model->train();
-    model->set_gradient_checkpointing(checkpoint);
-    torch::manual_seed(0);
-    auto ids = torch::randint(0, 256, {2, 6}, torch::kLong);
-    auto mask = torch::ones({2, 6}, torch::kLong);
-    mask[0][0] = 0;
-    auto loss = model->forward(ids, mask).log_softmax(-1).select(-1, 5).sum();
-    loss.backward();
-    std::vector<torch::Tensor> grads;
-    for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
-    return std::make_pair(loss.item<double>(), grads);
-  };
-  auto [loss_plain, grads_plain] = run(false);
-  auto [loss_ckpt, grads_ckpt] = run(true);
+  auto [loss_plain, grads_plain] = checkpointing_run(false, false);
+  auto [loss_ckpt, grads_ckpt] = checkpointing_run(true, false);
   CHECK(loss_plain == Approx(loss_ckpt).epsilon(1e-6));
   REQUIRE(grads_plain.size() == grads_ckpt.size());
   for (size_t i = 0; i < grads_plain.size(); ++i) CHECK(torch::allclose(grads_plain[i], grads_ckpt[i], 1e-5, 1e-7));
@@ -143,27 +152,8 @@ TEST_CASE("gradient checkpointing gives the same gradients") {
 // the recomputation must run under the autocast the forward had (torch.utils.checkpoint, which TRL
 // uses, restores it too). Then the gradients are the ones without checkpointing, bit for bit.
 TEST_CASE("gradient checkpointing under bfloat16 autocast recomputes under autocast: the same gradients") {
-  auto run = [](bool checkpoint) {
-    CausalLM model(tiny_config());
-    model->init_weights(3);
-    model->train();
-    model->set_gradient_checkpointing(checkpoint);
-    torch::manual_seed(0);
-    auto ids = torch::randint(0, 256, {2, 6}, torch::kLong);
-    auto mask = torch::ones({2, 6}, torch::kLong);
-    mask[0][0] = 0;
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(true, torch::kCPU);
-      loss = model->forward(ids, mask).to(torch::kFloat32).log_softmax(-1).select(-1, 5).sum();
-    }
-    loss.backward();
-    std::vector<torch::Tensor> grads;
-    for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
-    return std::make_pair(loss.item<double>(), grads);
-  };
-  auto [loss_plain, grads_plain] = run(false);
-  auto [loss_ckpt, grads_ckpt] = run(true);
+  auto [loss_plain, grads_plain] = checkpointing_run(false, true);
+  auto [loss_ckpt, grads_ckpt] = checkpointing_run(true, true);
   CHECK(loss_plain == loss_ckpt);
   REQUIRE(grads_plain.size() == grads_ckpt.size());
   for (size_t i = 0; i < grads_plain.size(); ++i) {
