@@ -12,6 +12,7 @@
 #include "rayless/base/files.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
+#include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
 
 namespace rayless {
@@ -295,36 +296,61 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
                                      KVCache* cache, size_t layer_index, const torch::Tensor& token_index) {
   const int64_t b = rope.cos.size(0), t = rope.cos.size(1);
   const bool packed = token_index.defined();
-  // packed tokens go to their [B, T] slots (zeros elsewhere) for the attention only
-  auto to_padded = [&](const torch::Tensor& projected, int64_t heads) {
-    if (!packed) return projected.view({b, t, heads, head_dim});
-    return torch::zeros({b * t, heads * head_dim}, projected.options())
-        .index_copy(0, token_index, projected)
-        .view({b, t, heads, head_dim});
-  };
   const bool decoding = decoding_qkv.defined() && !torch::GradMode::is_enabled();
+  // [N or B*T, heads, D] projections
   torch::Tensor q, k, v;
   if (decoding) {
-    auto qkv = to_padded(decoding_qkv(x), num_heads + 2 * num_kv_heads);
-    q = qkv.narrow(2, 0, num_heads);
-    k = qkv.narrow(2, num_heads, num_kv_heads);
-    v = qkv.narrow(2, num_heads + num_kv_heads, num_kv_heads).transpose(1, 2);
+    auto qkv = decoding_qkv(x).view({-1, num_heads + 2 * num_kv_heads, head_dim});
+    q = qkv.narrow(1, 0, num_heads);
+    k = qkv.narrow(1, num_heads, num_kv_heads);
+    v = qkv.narrow(1, num_heads + num_kv_heads, num_kv_heads);
   } else {
-    q = to_padded(q_proj(x), num_heads);
-    k = to_padded(k_proj(x), num_kv_heads);
-    v = to_padded(v_proj(x), num_kv_heads).transpose(1, 2);
+    q = q_proj(x).view({-1, num_heads, head_dim});
+    k = k_proj(x).view({-1, num_kv_heads, head_dim});
+    v = v_proj(x).view({-1, num_kv_heads, head_dim});
   }
   if (q_norm) {
     q = q_norm(q);
     k = k_norm(k);
   }
-  q = apply_rope(q.transpose(1, 2), rope);
-  k = apply_rope(k.transpose(1, 2), rope);
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  const bool gqa = num_kv_heads != num_heads;
+  if (packed && t > 1 && x.device().is_cpu()) {
+    // Rows of unequal length: the rotary embedding on the packed tokens, the keys and values in the
+    // padded [B, T] layout (for the cache and the attention), the queries attended in buckets of like
+    // length (length_buckets.h), never padded.
+    const int64_t dim = rope.cos.size(2);
+    const auto cos = rope.cos.reshape({b * t, dim}).index_select(0, token_index).unsqueeze(1);
+    const auto sin = rope.sin.reshape({b * t, dim}).index_select(0, token_index).unsqueeze(1);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    auto to_padded = [&](const torch::Tensor& projected) {
+      return torch::zeros({b * t, num_kv_heads, head_dim}, projected.options())
+          .index_copy(0, token_index, projected)
+          .view({b, t, num_kv_heads, head_dim})
+          .transpose(1, 2);
+    };
+    k = to_padded(k);
+    v = to_padded(v);
+    if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
+    const auto out = bucketed_attention(q, k, v, mask, token_index, scale, gqa, kAttentionCallCost);
+    return decoding ? decoding_o(out) : o_proj(out);
+  }
+  // the padded [B, T] layout; packed tokens (a decode step, or a GPU) go to their slots, zeros elsewhere
+  auto to_padded = [&](const torch::Tensor& projected) {
+    const int64_t heads = projected.size(1);
+    if (!packed) return projected.view({b, t, heads, head_dim});
+    return torch::zeros({b * t, heads, head_dim}, projected.options())
+        .index_copy(0, token_index, projected)
+        .view({b, t, heads, head_dim});
+  };
+  q = apply_rope(to_padded(q).transpose(1, 2), rope);
+  k = apply_rope(to_padded(k).transpose(1, 2), rope);
+  v = to_padded(v).transpose(1, 2);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
   // repeated copy of the keys and values
-  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, 1.0 / std::sqrt(double(head_dim)),
-                                              /*enable_gqa=*/num_kv_heads != num_heads);
+  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, /*enable_gqa=*/gqa);
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
   if (packed) out = out.view({b * t, num_heads * head_dim}).index_select(0, token_index);
   return decoding ? decoding_o(out) : o_proj(out);

@@ -6,6 +6,7 @@
 #include "helpers.h"
 #include "rayless/model/completion_logprobs.h"
 #include "rayless/model/hf_checkpoint.h"
+#include "rayless/model/length_buckets.h"
 
 using namespace rayless;
 
@@ -36,6 +37,19 @@ Batch uneven_batch(int64_t vocab) {
     out.completion_ids[i].narrow(0, lengths[static_cast<size_t>(i)], T - lengths[static_cast<size_t>(i)]).fill_(0);
   }
   out.completion_ids[3].fill_(5);  // the masked row still holds tokens, as a truncated completion does
+  return out;
+}
+
+// Completions from 1 to 200 tokens (one masked): long and uneven enough that the packed pass attends
+// in several length buckets.
+Batch long_uneven_batch(int64_t vocab) {
+  Batch out = uneven_batch(vocab);
+  out.prompts.push_back(out.prompts[0]);
+  const std::vector<int64_t> lengths = {3, 200, 1, 0, 90, 180, 30, 120};
+  const int64_t T = 200, B = static_cast<int64_t>(lengths.size());
+  out.completion_ids = torch::randint(1, vocab, {B, T}, torch::kLong);
+  out.completion_mask = torch::zeros({B, T}, torch::kFloat32);
+  for (int64_t i = 0; i < B; ++i) out.completion_mask[i].narrow(0, 0, lengths[static_cast<size_t>(i)]).fill_(1);
   return out;
 }
 
@@ -90,6 +104,30 @@ TEST_CASE("packed completion log-probs equal the padded pass, with gradients") {
     // summed over tokens in a different order differ at float32 rounding, relative to their size
     CHECK(largest > 1e-3);  // the loss reaches the parameters at all
     CHECK(worst / largest < 1e-6);
+  }
+}
+
+TEST_CASE("packed pass in length buckets (completions of 1 to 200 tokens) equals the padded pass") {
+  // the completion pass's query lengths (positions 0 .. last-1 are computed) need several buckets
+  std::vector<int64_t> computed = {0, 0, 2, 29, 89, 119, 179, 199};
+  REQUIRE(plan_length_buckets(computed, 7, 4, kAttentionCallCost).size() > 1);
+  for (const std::string name : {"qwen2", "qwen3"}) {  // grouped-query with biases; one kv head, q/k norms
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    model->to(torch::kFloat64);
+    model->train();
+    const Batch batch = long_uneven_batch(model->config().vocab_size);
+    const Result padded = run(model, batch, false);
+    const Result packed = run(model, batch, true);
+    CHECK(masked_max_difference(padded.logps, packed.logps, batch.completion_mask) < 1e-12);
+    CHECK(masked_max_difference(padded.entropies, packed.entropies, batch.completion_mask) < 1e-12);
+    double worst = 0.0, largest = 0.0;
+    for (size_t i = 0; i < padded.grads.size(); ++i) {
+      worst = std::max(worst, (padded.grads[i] - packed.grads[i]).abs().max().item<double>());
+      largest = std::max(largest, padded.grads[i].abs().max().item<double>());
+    }
+    CHECK(largest > 1e-3);
+    CHECK(worst / largest < 1e-6);  // float32 RMSNorm and RoPE inside, as in the test above
   }
 }
 
