@@ -274,6 +274,15 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  //
   auto cos = rope.cos.unsqueeze(1), sin = rope.sin.unsqueeze(1);
   return x * cos + rotate_half(x) * sin;
 }
+// The tables at the packed tokens (flat positions of [B, T]), unless already gathered.
+RotaryTables packed_rotary_tables(const RotaryTables& rope, const torch::Tensor& token_index) {
+  if (rope.packed_cos.defined()) return rope;
+  const int64_t positions = rope.cos.size(0) * rope.cos.size(1), dim = rope.cos.size(2);
+  RotaryTables out = rope;
+  out.packed_cos = rope.cos.reshape({positions, dim}).index_select(0, token_index).unsqueeze(1);
+  out.packed_sin = rope.sin.reshape({positions, dim}).index_select(0, token_index).unsqueeze(1);
+  return out;
+}
 torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
@@ -319,9 +328,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     // Rows of unequal length: the rotary embedding on the packed tokens, the keys and values in the
     // padded [B, T] layout (for the cache and the attention), the queries attended in buckets of like
     // length (length_buckets.h), never padded.
-    const int64_t dim = rope.cos.size(2);
-    const auto cos = rope.cos.reshape({b * t, dim}).index_select(0, token_index).unsqueeze(1);
-    const auto sin = rope.sin.reshape({b * t, dim}).index_select(0, token_index).unsqueeze(1);
+    const RotaryTables packed_rope = packed_rotary_tables(rope, token_index);
+    const torch::Tensor& cos = packed_rope.packed_cos;
+    const torch::Tensor& sin = packed_rope.packed_sin;
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
     auto to_padded = [&](const torch::Tensor& projected) {
@@ -486,13 +495,13 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(x.device().type());
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(at::autocast::get_autocast_dtype(x.device().type()));
     ctx->save_for_backward({x});
-    return {layer->forward(x, RotaryTables{cos, sin}, mask, nullptr, 0, token_index)};
+    return {layer->forward(x, RotaryTables{cos, sin, {}, {}}, mask, nullptr, 0, token_index)};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
-    const RotaryTables rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor()};
+    const RotaryTables rope{ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), {}, {}};
     const auto mask = ctx->saved_data["mask"].toTensor();
     const torch::Tensor token_index =
         ctx->saved_data["packed"].toBool() ? ctx->saved_data["token_index"].toTensor() : torch::Tensor();
@@ -551,7 +560,8 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
   const torch::Tensor token_index = token_index_in.defined() ? token_index_in.to(device) : token_index_in;
   auto h = token_index.defined() ? model->embed_tokens(input_ids.reshape({-1}).index_select(0, token_index))
                                  : model->embed_tokens(input_ids);
-  const RotaryTables rope = rotary_.tables(position_ids, h.scalar_type(), cache ? &cache->rope_state : nullptr);
+  RotaryTables rope = rotary_.tables(position_ids, h.scalar_type(), cache ? &cache->rope_state : nullptr);
+  if (token_index.defined() && t > 1) rope = packed_rotary_tables(rope, token_index);
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
   for (size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);

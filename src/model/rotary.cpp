@@ -247,7 +247,7 @@ RotaryTables RotaryEmbedding::tables(const torch::Tensor& position_ids, torch::D
     cos = cos * config_.attention_factor;
     sin = sin * config_.attention_factor;
   }
-  return {cos.to(dtype), sin.to(dtype)};
+  return {cos.to(dtype), sin.to(dtype), {}, {}};
 }
 
 }  // namespace rayless

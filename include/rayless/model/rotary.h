@@ -31,6 +31,9 @@ struct RopeConfig {
 
 struct RotaryTables {  // cos/sin [B, T, D] in the compute dtype
   torch::Tensor cos, sin;
+  // a packed pass's tables at its tokens, [N, 1, D], gathered once for every layer (so backward keeps
+  // one copy, not one per layer); undefined elsewhere
+  torch::Tensor packed_cos, packed_sin;
 };
 
 // Dynamic NTK's state within one KV-cached generation, as transformers keeps it on the model: the
