@@ -79,56 +79,45 @@ double masked_max_difference(const torch::Tensor& a, const torch::Tensor& b, con
   return (a - b).abs().masked_select(mask.to(torch::kBool)).max().item<double>();
 }
 
+// The packed and padded passes of one float64 golden model on one batch: the same log-probs,
+// entropies and parameter gradients, and zeros outside the mask from the packed pass.
+void check_packed_equals_padded(const std::string& name, Batch (*make_batch)(int64_t vocab)) {
+  INFO(name);
+  CausalLM model = load_hf_model(test::golden_dir() / name);
+  model->to(torch::kFloat64);
+  model->train();
+  const Batch batch = make_batch(model->config().vocab_size);
+  const Result padded = run(model, batch, false);
+  const Result packed = run(model, batch, true);
+  CHECK(masked_max_difference(padded.logps, packed.logps, batch.completion_mask) < 1e-12);
+  CHECK(masked_max_difference(padded.entropies, packed.entropies, batch.completion_mask) < 1e-12);
+  // outside the mask the packed pass computes nothing and returns zeros
+  CHECK(packed.logps.masked_select(batch.completion_mask == 0).abs().max().item<double>() == 0.0);
+  REQUIRE(padded.grads.size() == packed.grads.size());
+  double worst = 0.0, largest = 0.0;
+  for (size_t i = 0; i < padded.grads.size(); ++i) {
+    worst = std::max(worst, (padded.grads[i] - packed.grads[i]).abs().max().item<double>());
+    largest = std::max(largest, padded.grads[i].abs().max().item<double>());
+  }
+  // RMSNorm and RoPE run in float32 inside the float64 model (as in transformers), so gradients
+  // summed over tokens in a different order differ at float32 rounding, relative to their size
+  CHECK(largest > 1e-3);  // the loss reaches the parameters at all
+  CHECK(worst / largest < 1e-6);
+}
+
 }  // namespace
 
 TEST_CASE("packed completion log-probs equal the padded pass, with gradients") {
-  for (const std::string name : {"qwen2", "llama", "qwen3"}) {  // biases, grouped-query, q/k norms
-    INFO(name);
-    CausalLM model = load_hf_model(test::golden_dir() / name);
-    model->to(torch::kFloat64);
-    model->train();
-    const Batch batch = uneven_batch(model->config().vocab_size);
-    const Result padded = run(model, batch, false);
-    const Result packed = run(model, batch, true);
-    CHECK(masked_max_difference(padded.logps, packed.logps, batch.completion_mask) < 1e-12);
-    CHECK(masked_max_difference(padded.entropies, packed.entropies, batch.completion_mask) < 1e-12);
-    // outside the mask the packed pass computes nothing and returns zeros
-    CHECK(packed.logps.masked_select(batch.completion_mask == 0).abs().max().item<double>() == 0.0);
-    REQUIRE(padded.grads.size() == packed.grads.size());
-    double worst = 0.0, largest = 0.0;
-    for (size_t i = 0; i < padded.grads.size(); ++i) {
-      worst = std::max(worst, (padded.grads[i] - packed.grads[i]).abs().max().item<double>());
-      largest = std::max(largest, padded.grads[i].abs().max().item<double>());
-    }
-    // RMSNorm and RoPE run in float32 inside the float64 model (as in transformers), so gradients
-    // summed over tokens in a different order differ at float32 rounding, relative to their size
-    CHECK(largest > 1e-3);  // the loss reaches the parameters at all
-    CHECK(worst / largest < 1e-6);
-  }
+  for (const std::string name : {"qwen2", "llama", "qwen3"})  // biases, grouped-query, q/k norms
+    check_packed_equals_padded(name, uneven_batch);
 }
 
 TEST_CASE("packed pass in length buckets (completions of 1 to 200 tokens) equals the padded pass") {
   // the completion pass's query lengths (positions 0 .. last-1 are computed) need several buckets
-  std::vector<int64_t> computed = {0, 0, 2, 29, 89, 119, 179, 199};
+  const std::vector<int64_t> computed = {0, 0, 2, 29, 89, 119, 179, 199};
   REQUIRE(plan_length_buckets(computed, 7, 4, kAttentionCallCost).size() > 1);
-  for (const std::string name : {"qwen2", "qwen3"}) {  // grouped-query with biases; one kv head, q/k norms
-    INFO(name);
-    CausalLM model = load_hf_model(test::golden_dir() / name);
-    model->to(torch::kFloat64);
-    model->train();
-    const Batch batch = long_uneven_batch(model->config().vocab_size);
-    const Result padded = run(model, batch, false);
-    const Result packed = run(model, batch, true);
-    CHECK(masked_max_difference(padded.logps, packed.logps, batch.completion_mask) < 1e-12);
-    CHECK(masked_max_difference(padded.entropies, packed.entropies, batch.completion_mask) < 1e-12);
-    double worst = 0.0, largest = 0.0;
-    for (size_t i = 0; i < padded.grads.size(); ++i) {
-      worst = std::max(worst, (padded.grads[i] - packed.grads[i]).abs().max().item<double>());
-      largest = std::max(largest, padded.grads[i].abs().max().item<double>());
-    }
-    CHECK(largest > 1e-3);
-    CHECK(worst / largest < 1e-6);  // float32 RMSNorm and RoPE inside, as in the test above
-  }
+  for (const std::string name : {"qwen2", "qwen3"})  // grouped-query with biases; one kv head, q/k norms
+    check_packed_equals_padded(name, long_uneven_batch);
 }
 
 TEST_CASE("packed pass in float32 stays within rounding of the padded pass") {
