@@ -75,10 +75,9 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
   for (int64_t row : order) sorted_lengths.push_back(row_length[static_cast<size_t>(row)]);
   const std::vector<LengthBucket> buckets = plan_length_buckets(sorted_lengths, past, H, call_cost);
 
-  // The bucket layout: bucket after bucket, each [rows, length] row-major. A token's place there is
-  // its row's offset plus its slot.
-  // A bucket's rows go in their first order (any order is right; a bucket of all rows then needs no
-  // gather).
+  // The bucket layout: bucket after bucket, each [rows, length] row-major, a bucket's rows in their
+  // first order (any order is right; a bucket of all rows then needs no gather). A token's place there
+  // is its row's offset plus its slot.
   std::vector<int64_t> row_offset(static_cast<size_t>(B), -1), bucket_slots;
   std::vector<std::vector<int64_t>> bucket_rows;
   int64_t offset = 0;
