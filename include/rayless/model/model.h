@@ -82,7 +82,8 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelArchConfig& c);
   // mask: bool [B, 1, T, S] (true = may attend), S = past + T. x is [B, T, H], or, when token_index
   // (flat positions of [B, T]) is defined, [N, H] holding only those positions: the projections then
-  // run on the N tokens alone and only the attention itself sees the padded [B, T] layout.
+  // run on the N tokens alone and only the attention itself sees a padded layout: the keys and values
+  // the [B, T] grid, the queries (on the CPU) their length bucket's (length_buckets.h).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
                         KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
