@@ -270,9 +270,16 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
-torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
-  auto cos = rope.cos.unsqueeze(1), sin = rope.sin.unsqueeze(1);
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   return x * cos + rotate_half(x) * sin;
+}
+torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
+  return rotate(x, rope.cos.unsqueeze(1), rope.sin.unsqueeze(1));
+}
+// A packed pass's attention runs in length buckets (length_buckets.h): on the CPU, for more than one
+// position per row (a decode step has nothing to bucket).
+bool attends_in_buckets(const torch::Tensor& token_index, int64_t positions_per_row) {
+  return token_index.defined() && positions_per_row > 1 && token_index.device().is_cpu();
 }
 // The tables at the packed tokens (flat positions of [B, T]), unless already gathered.
 RotaryTables packed_rotary_tables(const RotaryTables& rope, const torch::Tensor& token_index) {
@@ -324,38 +331,30 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   }
   const double scale = 1.0 / std::sqrt(double(head_dim));
   const bool gqa = num_kv_heads != num_heads;
-  if (packed && t > 1 && x.device().is_cpu()) {
+  // the padded [B, T] layout, [B, heads, T, D]; packed tokens go to their slots, zeros elsewhere
+  auto to_padded = [&](const torch::Tensor& projected) {
+    const int64_t heads = projected.size(1);
+    if (!packed) return projected.view({b, t, heads, head_dim}).transpose(1, 2);
+    return torch::zeros({b * t, heads, head_dim}, projected.options())
+        .index_copy(0, token_index, projected)
+        .view({b, t, heads, head_dim})
+        .transpose(1, 2);
+  };
+  if (attends_in_buckets(token_index, t)) {
     // Rows of unequal length: the rotary embedding on the packed tokens, the keys and values in the
-    // padded [B, T] layout (for the cache and the attention), the queries attended in buckets of like
-    // length (length_buckets.h), never padded.
+    // padded layout (for the cache and the attention), the queries attended in buckets of like length
+    // (length_buckets.h), padded only to their bucket's length.
     const RotaryTables packed_rope = packed_rotary_tables(rope, token_index);
-    const torch::Tensor& cos = packed_rope.packed_cos;
-    const torch::Tensor& sin = packed_rope.packed_sin;
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
-    auto to_padded = [&](const torch::Tensor& projected) {
-      return torch::zeros({b * t, num_kv_heads, head_dim}, projected.options())
-          .index_copy(0, token_index, projected)
-          .view({b, t, num_kv_heads, head_dim})
-          .transpose(1, 2);
-    };
-    k = to_padded(k);
+    q = rotate(q, packed_rope.packed_cos, packed_rope.packed_sin);
+    k = to_padded(rotate(k, packed_rope.packed_cos, packed_rope.packed_sin));
     v = to_padded(v);
     if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
     const auto out = bucketed_attention(q, k, v, mask, token_index, scale, gqa, kAttentionCallCost);
     return decoding ? decoding_o(out) : o_proj(out);
   }
-  // the padded [B, T] layout; packed tokens (a decode step, or a GPU) go to their slots, zeros elsewhere
-  auto to_padded = [&](const torch::Tensor& projected) {
-    const int64_t heads = projected.size(1);
-    if (!packed) return projected.view({b, t, heads, head_dim});
-    return torch::zeros({b * t, heads, head_dim}, projected.options())
-        .index_copy(0, token_index, projected)
-        .view({b, t, heads, head_dim});
-  };
-  q = apply_rope(to_padded(q).transpose(1, 2), rope);
-  k = apply_rope(to_padded(k).transpose(1, 2), rope);
-  v = to_padded(v).transpose(1, 2);
+  q = apply_rope(to_padded(q), rope);
+  k = apply_rope(to_padded(k), rope);
+  v = to_padded(v);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
   // repeated copy of the keys and values
@@ -561,7 +560,7 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
   auto h = token_index.defined() ? model->embed_tokens(input_ids.reshape({-1}).index_select(0, token_index))
                                  : model->embed_tokens(input_ids);
   RotaryTables rope = rotary_.tables(position_ids, h.scalar_type(), cache ? &cache->rope_state : nullptr);
-  if (token_index.defined() && t > 1) rope = packed_rotary_tables(rope, token_index);
+  if (attends_in_buckets(token_index, t)) rope = packed_rotary_tables(rope, token_index);
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
   for (size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);
