@@ -4,6 +4,7 @@
 #include "rayless/base/error.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
+#include "rayless/model/completion_logprobs.h"
 #include "rayless/model/hf_checkpoint.h"
 #include "rayless/model/safetensors.h"
 
@@ -93,6 +94,52 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     CHECK(full_error <= 5e-3);  // float32 logits are 0.02-0.03 away
     CHECK(decode_error <= 5e-3);
     CHECK(float32_error > 4 * std::max(full_error, decode_error));  // the fixture tells bfloat16 from float32
+  }
+}
+
+// The packed training pass under bfloat16 autocast (prompts run once, completions attended in length
+// buckets, autocast_linear's projections, the fused LM head) against the same fixture: each row's first
+// 3 real tokens are its prompt and the rest its completion (1 to 9 tokens). The log-probs must be the
+// log-softmax of transformers' autocast logits to float32 rounding (measured 2e-7), not merely to
+// bfloat16's (8e-3 when short buckets were attended in float32, docs/benchmarks.md): train.bf16
+// computes what TRL's autocast computes.
+TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transformers' log-probs") {
+  const auto expected_all = load_safetensors(test::golden_dir() / "autocast-bf16-expected.safetensors");
+  for (const std::string name : {"qwen2", "llama", "qwen3"}) {
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    const auto expected_json = test::read_json(test::golden_dir() / (name + "-expected.json"));
+    const auto ids = test::ids_tensor(expected_json["input_ids"]);
+    const auto mask = test::ids_tensor(expected_json["attention_mask"]);
+    const auto reference = torch::log_softmax(expected_all.at(name).to(torch::kFloat64), -1);
+    const int64_t B = ids.size(0), T = ids.size(1), prompt_tokens = 3;
+    std::vector<std::vector<int64_t>> prompts;
+    auto completion_ids = torch::zeros({B, T}, torch::kLong);
+    auto completion_mask = torch::zeros({B, T}, torch::kLong);
+    auto expected = torch::zeros({B, T}, torch::kFloat64);
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t first = T - mask[b].sum().item<int64_t>();  // rows are left-padded
+      std::vector<int64_t> prompt;
+      for (int64_t t = first; t < first + prompt_tokens; ++t) prompt.push_back(ids[b][t].item<int64_t>());
+      prompts.push_back(prompt);
+      for (int64_t t = first + prompt_tokens; t < T; ++t) {
+        const int64_t j = t - first - prompt_tokens, token = ids[b][t].item<int64_t>();
+        completion_ids[b][j] = token;
+        completion_mask[b][j] = 1;
+        expected[b][j] = reference[b][t - 1][token];  // the logits at t - 1 score token t
+      }
+    }
+    CompletionLogprobOptions options;  // packed; positions from each row's first real token, as the fixture
+    const auto error_of = [&](bool autocast_on) {
+      const AutocastScope autocast(autocast_on, torch::kCPU);
+      const auto logps = completion_logprobs(model, prompts, completion_ids, completion_mask, options).logps;
+      REQUIRE(logps.requires_grad());  // a training pass: autocast_linear's projections
+      return ((logps.detach().to(torch::kFloat64) - expected).abs() * completion_mask).max().item<double>();
+    };
+    const double bfloat16_error = error_of(true), float32_error = error_of(false);
+    CAPTURE(bfloat16_error, float32_error);
+    CHECK(bfloat16_error <= 1e-5);
+    CHECK(float32_error > 1e-3);  // the fixture tells bfloat16 from float32
   }
 }
 
