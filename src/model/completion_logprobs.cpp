@@ -133,7 +133,7 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
   const std::vector<int64_t> last = last_scored_positions(scored);
   const int64_t num_prompt_tokens = prompt_index.size(0);
   // completion_index: completion positions computed (0 .. last-1 per row); source: for each scored
-  // token, its row in cat(prefix hidden, completion hidden)
+  // token, its row in the pass's hidden states (the prompts' tokens, then the completions')
   std::vector<int64_t> completion_index, scored_flat, source;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
@@ -148,23 +148,25 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
     }
   if (scored_flat.empty()) return padded_logprobs(model, prompts, completion_ids_in, completion_mask_in, options);
 
-  // prefix pass over the real prompt tokens, its cache repeated (differentiably) for every row
-  KVCache cache;
   const int64_t P = prompt_ids.size(1);
-  const auto prefix_positions = shifted_positions(prompt_ids.size(0), P, 0, options, device);
-  const auto prefix_hidden = model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device), prefix_positions,
-                                                   &cache, prompt_index.to(device));
-  const auto row_prompts = prompt_of_row.to(device);
-  cache.select_rows(row_prompts);
-  torch::Tensor hidden = prefix_hidden;
-  if (!completion_index.empty()) {
-    const auto attention_mask =
-        torch::cat({prompt_mask.index_select(0, prompt_of_row), scored.to(torch::kInt64)}, 1).to(device);
-    const auto completion_positions =
+  const auto prompt_positions = shifted_positions(prompt_ids.size(0), P, 0, options, device);
+  torch::Tensor hidden;
+  if (completion_index.empty()) {  // every row scores its first token only: the prompts alone
+    hidden = model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device), prompt_positions, nullptr,
+                                   prompt_index.to(device));
+  } else {  // one pass over the distinct prompts and the completions
+    SharedPromptBatch shared;
+    shared.prompt_ids = prompt_ids;
+    shared.prompt_mask = prompt_mask;
+    shared.prompt_positions = prompt_positions;
+    shared.prompt_index = prompt_index;
+    shared.completion_ids = completion_ids;
+    shared.completion_positions =
         options.prompt_width > 0 ? shifted_positions(B, P, T, options, device).slice(1, P) : torch::Tensor();
-    const auto completion_hidden = model->forward_hidden(completion_ids.to(device), attention_mask, completion_positions,
-                                                         &cache, torch::tensor(completion_index, long_cpu).to(device));
-    hidden = torch::cat({prefix_hidden, completion_hidden}, 0);
+    shared.attention_mask = torch::cat({prompt_mask.index_select(0, prompt_of_row), scored.to(torch::kInt64)}, 1);
+    shared.completion_index = torch::tensor(completion_index, long_cpu);
+    shared.row_prompts = prompt_of_row;
+    hidden = model->forward_hidden_sharing_prompts(shared);
   }
   return score_packed(model, hidden, source, scored_flat, completion_ids, options);
 }

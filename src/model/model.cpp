@@ -308,14 +308,22 @@ AttentionImpl::AttentionImpl(const ModelArchConfig& c)
   }
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
-                                     KVCache* cache, size_t layer_index, const torch::Tensor& token_index) {
-  const int64_t b = rope.cos.size(0), t = rope.cos.size(1);
-  const bool packed = token_index.defined();
-  const bool decoding = decoding_qkv.defined() && !torch::GradMode::is_enabled();
-  // [N or B*T, heads, D] projections
+namespace {
+// [N or rows * positions, heads, D] in the padded [rows, heads, positions, D] layout: packed tokens
+// (token_index defined) go to their slots, zeros elsewhere
+torch::Tensor to_padded(const torch::Tensor& projected, int64_t rows, int64_t positions, const torch::Tensor& token_index) {
+  const int64_t heads = projected.size(1), dim = projected.size(2);
+  if (!token_index.defined()) return projected.view({rows, positions, heads, dim}).transpose(1, 2);
+  return torch::zeros({rows * positions, heads, dim}, projected.options())
+      .index_copy(0, token_index, projected)
+      .view({rows, positions, heads, dim})
+      .transpose(1, 2);
+}
+}  // namespace
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
   torch::Tensor q, k, v;
-  if (decoding) {
+  if (decoding_qkv.defined() && !torch::GradMode::is_enabled()) {
     auto qkv = decoding_qkv(x).view({-1, num_heads + 2 * num_kv_heads, head_dim});
     q = qkv.narrow(1, 0, num_heads);
     k = qkv.narrow(1, num_heads, num_kv_heads);
@@ -329,39 +337,80 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     q = q_norm(q);
     k = k_norm(k);
   }
+  return {q, k, v};
+}
+
+torch::Tensor AttentionImpl::output(const torch::Tensor& attended) {
+  return decoding_o.defined() && !torch::GradMode::is_enabled() ? decoding_o(attended) : o_proj(attended);
+}
+
+torch::Tensor AttentionImpl::attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           const PackedGrid& grid) const {
   const double scale = 1.0 / std::sqrt(double(head_dim));
   const bool gqa = num_kv_heads != num_heads;
-  // the padded [B, T] layout, [B, heads, T, D]; packed tokens go to their slots, zeros elsewhere
-  auto to_padded = [&](const torch::Tensor& projected) {
-    const int64_t heads = projected.size(1);
-    if (!packed) return projected.view({b, t, heads, head_dim}).transpose(1, 2);
-    return torch::zeros({b * t, heads, head_dim}, projected.options())
-        .index_copy(0, token_index, projected)
-        .view({b, t, heads, head_dim})
-        .transpose(1, 2);
-  };
+  // Rows of unequal length: the queries attended in buckets of like length (length_buckets.h),
+  // padded only to their bucket's length.
+  if (attends_in_buckets(grid.token_index, grid.positions))
+    return bucketed_attention(q, k, v, grid.mask, grid.token_index, scale, gqa, kAttentionCallCost);
+  const auto q_padded = to_padded(q, grid.rows, grid.positions, grid.token_index);
+  return at::scaled_dot_product_attention(q_padded, k, v, grid.mask, 0.0, false, scale, gqa)
+      .transpose(1, 2)
+      .reshape({grid.rows * grid.positions, num_heads * head_dim})
+      .index_select(0, grid.token_index);
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
+                                     KVCache* cache, size_t layer_index, const torch::Tensor& token_index) {
+  const int64_t b = rope.cos.size(0), t = rope.cos.size(1);
+  torch::Tensor q, k, v;  // [N or B*T, heads, D]
+  std::tie(q, k, v) = project(x);
   if (attends_in_buckets(token_index, t)) {
-    // Rows of unequal length: the rotary embedding on the packed tokens, the keys and values in the
-    // padded layout (for the cache and the attention), the queries attended in buckets of like length
-    // (length_buckets.h), padded only to their bucket's length.
+    // the rotary embedding on the packed tokens; the keys and values in the padded layout (for the
+    // cache and the attention)
     const RotaryTables packed_rope = packed_rotary_tables(rope, token_index);
     q = rotate(q, packed_rope.packed_cos, packed_rope.packed_sin);
-    k = to_padded(rotate(k, packed_rope.packed_cos, packed_rope.packed_sin));
-    v = to_padded(v);
+    k = to_padded(rotate(k, packed_rope.packed_cos, packed_rope.packed_sin), b, t, token_index);
+    v = to_padded(v, b, t, token_index);
     if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
-    const auto out = bucketed_attention(q, k, v, mask, token_index, scale, gqa, kAttentionCallCost);
-    return decoding ? decoding_o(out) : o_proj(out);
+    return output(attend_packed(q, k, v, PackedGrid{token_index, mask, b, t}));
   }
-  q = apply_rope(to_padded(q), rope);
-  k = apply_rope(to_padded(k), rope);
-  v = to_padded(v);
+  q = apply_rope(to_padded(q, b, t, token_index), rope);
+  k = apply_rope(to_padded(k, b, t, token_index), rope);
+  v = to_padded(v, b, t, token_index);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
   // repeated copy of the keys and values
-  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, /*enable_gqa=*/gqa);
+  const double scale = 1.0 / std::sqrt(double(head_dim));
+  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, /*enable_gqa=*/num_kv_heads != num_heads);
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
-  if (packed) out = out.view({b * t, num_heads * head_dim}).index_select(0, token_index);
-  return decoding ? decoding_o(out) : o_proj(out);
+  if (token_index.defined()) out = out.view({b * t, num_heads * head_dim}).index_select(0, token_index);
+  return output(out);
+}
+
+torch::Tensor AttentionImpl::forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout) {
+  torch::Tensor q, k, v;
+  std::tie(q, k, v) = project(x);
+  q = rotate(q, layout.cos, layout.sin);
+  k = rotate(k, layout.cos, layout.sin);
+  const PackedGrid& prompts = layout.prompts;
+  const PackedGrid& completions = layout.completions;
+  const int64_t np = prompts.token_index.size(0), nc = x.size(0) - np;
+  // keys and values padded and in the dtype the attention computes in (autocast would cast them at
+  // each call to the same values), so that the completions' copies move half the bytes under autocast
+  const auto as_cached = [](const torch::Tensor& projected, const PackedGrid& grid) {
+    const auto padded = to_padded(projected, grid.rows, grid.positions, grid.token_index);
+    return padded.to(autocast_compute_dtype(padded.device().type(), padded.scalar_type()));
+  };
+  const auto prompt_k = as_cached(k.narrow(0, 0, np), prompts), prompt_v = as_cached(v.narrow(0, 0, np), prompts);
+  // each completion row: its prompt's keys and values, then its own
+  const auto with_prompt = [&](const torch::Tensor& of_prompts, const torch::Tensor& own) {
+    return torch::cat({of_prompts.index_select(0, layout.row_prompts), as_cached(own, completions)}, 2);
+  };
+  const auto completion_k = with_prompt(prompt_k, k.narrow(0, np, nc));
+  const auto completion_v = with_prompt(prompt_v, v.narrow(0, np, nc));
+  return output(torch::cat({attend_packed(q.narrow(0, 0, np), prompt_k, prompt_v, prompts),
+                            attend_packed(q.narrow(0, np, nc), completion_k, completion_v, completions)},
+                           0));
 }
 
 MLPImpl::MLPImpl(const ModelArchConfig& c) {
@@ -459,6 +508,11 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelArchConfig& c) {
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
                                         KVCache* cache, size_t layer_index, const torch::Tensor& token_index) {
   auto h = x + self_attn(input_layernorm(x), rope, mask, cache, layer_index, token_index);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+torch::Tensor DecoderLayerImpl::forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout) {
+  auto h = x + self_attn->forward_sharing_prompts(input_layernorm(x), layout);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -575,6 +629,47 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
     }
   }
   if (cache) cache->length += t;
+  return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::forward_hidden_sharing_prompts(const SharedPromptBatch& batch) {
+  const auto device = this->device();
+  const auto on_device = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  const int64_t U = batch.prompt_ids.size(0), P = batch.prompt_ids.size(1);
+  const int64_t B = batch.completion_ids.size(0), T = batch.completion_ids.size(1);
+  runtimeCheck(batch.prompt_mask.sizes() == batch.prompt_ids.sizes() && batch.attention_mask.size(0) == B &&
+                   batch.attention_mask.size(1) == P + T && batch.row_prompts.numel() == B,
+               "forward_hidden_sharing_prompts: prompts ", batch.prompt_ids.sizes(), ", completions ",
+               batch.completion_ids.sizes(), ", attention_mask ", batch.attention_mask.sizes(), ", row_prompts ",
+               batch.row_prompts.sizes());
+  const auto prompt_mask = on_device(batch.prompt_mask), attention_mask = on_device(batch.attention_mask);
+  const auto prompt_index = on_device(batch.prompt_index), completion_index = on_device(batch.completion_index);
+  const AttentionLayout& layout = config_.attention;
+  const int64_t window = layout.any_sliding() ? layout.sliding_window : 0;
+  const AttentionMasks prompt_masks = attention_masks(prompt_mask, 0, P, window);
+  const AttentionMasks completion_masks = attention_masks(attention_mask, P, T, window);
+  const auto prompt_positions =
+      batch.prompt_positions.defined() ? on_device(batch.prompt_positions) : position_ids_from_mask(prompt_mask);
+  const auto completion_positions = batch.completion_positions.defined()
+                                        ? on_device(batch.completion_positions)
+                                        : position_ids_from_mask(attention_mask).narrow(1, P, T);
+
+  auto h = model->embed_tokens(torch::cat({on_device(batch.prompt_ids).reshape({-1}).index_select(0, prompt_index),
+                                           on_device(batch.completion_ids).reshape({-1}).index_select(0, completion_index)}));
+  const RotaryTables prompt_rope = packed_rotary_tables(rotary_.tables(prompt_positions, h.scalar_type()), prompt_index);
+  const RotaryTables completion_rope =
+      packed_rotary_tables(rotary_.tables(completion_positions, h.scalar_type()), completion_index);
+  SharedPromptLayout shared;
+  shared.prompts = PackedGrid{prompt_index, {}, U, P};
+  shared.completions = PackedGrid{completion_index, {}, B, T};
+  shared.row_prompts = on_device(batch.row_prompts);
+  shared.cos = torch::cat({prompt_rope.packed_cos, completion_rope.packed_cos});
+  shared.sin = torch::cat({prompt_rope.packed_sin, completion_rope.packed_sin});
+  for (size_t i = 0; i < model->layers->size(); ++i) {
+    shared.prompts.mask = prompt_masks.for_layer(layout, i);
+    shared.completions.mask = completion_masks.for_layer(layout, i);
+    h = model->layers->ptr<DecoderLayerImpl>(i)->forward_sharing_prompts(h, shared);
+  }
   return model->norm(h);
 }
 

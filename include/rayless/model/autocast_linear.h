@@ -16,8 +16,8 @@ bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight
 // - autograd's linear keeps the cast weight until its backward runs, so a whole model's low-precision
 //   copy (autocast's cache) is held from the forward to the end of backward; this keeps the float32
 //   weight it already has and casts it again in its backward. A weight used twice before backward
-//   (the packed layout's prompt and completion passes) gets the float32 sum of the two uses'
-//   gradients, where autocast sums them in its own dtype first.
+//   gets the float32 sum of the two uses' gradients, where autocast sums them in its own dtype first
+//   (the trainer's passes use each weight once).
 // - projections of the same input in a row (q, k, v; gate, up) share one cast of it, where autocast
 //   casts it for each and autograd keeps every cast; the input's gradient is the same float32 sum.
 // Call only where autocast_linear_applies.

@@ -3,10 +3,11 @@
 //
 // Two ways to compute the same numbers:
 //  - padded: one [B, P + T] forward over left-padded prompt + right-padded completion, as TRL does;
-//  - packed (the default): each distinct prompt of the batch runs once and its keys/values are shared,
-//    differentiably, by its generations; the completion pass then computes only positions whose hidden
-//    state scores a token (nothing after a row's last scored token, no padding). Only the attention
-//    sees the padded layout. With G generations per prompt and completions of uneven length this skips
+//  - packed (the default): each distinct prompt of the batch is computed once and its keys/values are
+//    shared, differentiably, by its generations; of the completions only positions whose hidden state
+//    scores a token are computed (nothing after a row's last scored token, no padding). Prompts and
+//    completions run in one pass (CausalLMImpl::forward_hidden_sharing_prompts); only the attention
+//    sees padded layouts. With G generations per prompt and completions of uneven length this skips
 //    most of the arithmetic the padded pass spends on repeated prompts and padding.
 // Both feed the fused LM head (no [B, T, V] logits) with logits divided by the temperature.
 #pragma once

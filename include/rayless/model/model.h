@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace rayless {
@@ -68,6 +69,33 @@ struct KVCache {
   void select_rows(const torch::Tensor& index);
 };
 
+// One part of a packed pass as the attention sees it: its tokens' slots b * positions + i in a
+// [rows, positions] grid, and this layer's mask over the grid, [rows or 1, 1, positions, past + positions].
+struct PackedGrid {
+  torch::Tensor token_index, mask;
+  int64_t rows = 0, positions = 0;
+};
+
+// The pass that shares prompts (CausalLMImpl::forward_hidden_sharing_prompts) as each layer sees it:
+// the tokens are the prompts' then the completions'; completion row b attends to the keys and values
+// of prompt row row_prompts[b] (its whole grid row) before its own.
+struct SharedPromptLayout {
+  PackedGrid prompts, completions;
+  torch::Tensor row_prompts;  // [B]
+  torch::Tensor cos, sin;     // the rotary tables at every token, [Np + Nc, 1, D]
+};
+
+// The input of forward_hidden_sharing_prompts. Positions may be undefined: then counted from the
+// masks, as forward_hidden counts them (a completion continues its prompt).
+struct SharedPromptBatch {
+  torch::Tensor prompt_ids, prompt_mask, prompt_positions;  // [U, P], left-padded
+  torch::Tensor prompt_index;                               // [Np]: the real prompt tokens' slots in [U, P]
+  torch::Tensor completion_ids, completion_positions;       // [B, T]
+  torch::Tensor attention_mask;    // [B, P + T]: the row's prompt's mask, then 1 at completion positions
+  torch::Tensor completion_index;  // [Nc]: the computed completion slots in [B, T]
+  torch::Tensor row_prompts;       // [B]: the prompt each row continues
+};
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
@@ -86,12 +114,23 @@ class AttentionImpl : public torch::nn::Module {
   // the [B, T] grid, the queries (on the CPU) their length bucket's (length_buckets.h).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
                         KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
+  // x [Np + Nc, H]: the prompts' tokens and the completions', attended as `layout` says.
+  torch::Tensor forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout);
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
   // q/k/v as one projection, and o, set only while a FusedDecodingWeights is alive and used only when
   // no gradient is taken (copies, not parameters: not part of the state dict)
   DecodingLinear decoding_qkv, decoding_o;
+
+ private:
+  // q, k, v [N, heads, D] of the tokens x [N, H] (or x [B, T, H] flattened), q/k norms applied
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& x);
+  // the attention of packed queries q [N, heads, D] (rotary applied) to keys and values in the grid's
+  // padded layout [rows, H_kv, past + positions, D]; [N, heads * D]
+  torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const PackedGrid& grid) const;
+  torch::Tensor output(const torch::Tensor& attended);  // o_proj
 };
 TORCH_MODULE(Attention);
 
@@ -118,6 +157,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   explicit DecoderLayerImpl(const ModelArchConfig& c);
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
                         KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
+  torch::Tensor forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout);
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -148,6 +188,12 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                                const torch::Tensor& position_ids = {}, KVCache* cache = nullptr,
                                const torch::Tensor& token_index = {});
+  // The packed pass over distinct prompts and the completions that continue them, in one pass: each
+  // prompt computed once, its keys and values shared with its completions (as forward_hidden's prompt
+  // pass with a cache, then the completions' pass on that cache, computes them) while every projection
+  // runs once over all tokens. Returns [Np + Nc, H]: the prompt tokens' final-normed hidden states
+  // (prompt_index's order), then the completions' (completion_index's). No cache, no checkpointing.
+  torch::Tensor forward_hidden_sharing_prompts(const SharedPromptBatch& batch);
   torch::Tensor logits(const torch::Tensor& hidden);  // hidden @ lm_head_weight^T, [.., V]
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
   torch::Tensor lm_head_weight() const;  // [V, H]; the embedding when tied
