@@ -91,7 +91,7 @@ struct SharedPromptBatch {
   torch::Tensor prompt_ids, prompt_mask, prompt_positions;  // [U, P], left-padded
   torch::Tensor prompt_index;                               // [Np]: the real prompt tokens' slots in [U, P]
   torch::Tensor completion_ids, completion_positions;       // [B, T]
-  torch::Tensor attention_mask;    // [B, P + T]: the row's prompt's mask, then 1 at completion positions
+  torch::Tensor attention_mask;    // [B, P + T]: the row's prompt's mask, then 1 at its real completion tokens
   torch::Tensor completion_index;  // [Nc]: the computed completion slots in [B, T]
   torch::Tensor row_prompts;       // [B]: the prompt each row continues
 };
