@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "cli/allocator_delays.h"
 #include "cli/onednn_cache.h"
 #include "cli/options.h"
 #include "rayless/comm/communicator.h"
@@ -28,6 +29,7 @@ int version(const Args& args) {
   if (auto* mi_version = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "mi_version"))) {
     const int v = mi_version();
     allocator = "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
+    if (const std::string delays = allocator_delays(); !delays.empty()) allocator += " (" + delays + ")";  // as mimalloc read them
   }
   // bounded by main() unless the user set it
   std::string onednn_cache = onednn_kernel_cache_capacity();

@@ -46,3 +46,17 @@ add_test(NAME cli-version-onednn-kernel-cache COMMAND sh -c "\
   grep -qx 'onednn kernel cache 256 kernels' v1.txt && \
   ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 $<TARGET_FILE:rayless> version | grep -qx 'onednn kernel cache 1024 kernels' && \
   env -u ONEDNN_PRIMITIVE_CACHE_CAPACITY DNNL_PRIMITIVE_CACHE_CAPACITY=64 $<TARGET_FILE:rayless> version | grep -qx 'onednn kernel cache 64 kernels'")
+
+# `rayless version` reports mimalloc's decommit delays as the running allocator read them from the
+# environment (docs/hpc.md: the memory/step-time trade). Skipped (77) where the binary does not run
+# on mimalloc 2.0 (the sanitizer build keeps ASan's allocator).
+add_test(NAME cli-version-allocator-delays COMMAND sh -c "\
+  env -u MIMALLOC_RESET_DELAY -u MIMALLOC_DECOMMIT_DELAY -u MIMALLOC_SEGMENT_DECOMMIT_DELAY $<TARGET_FILE:rayless> version > a1.txt && \
+  grep '^allocator' a1.txt && { grep -q '^allocator mimalloc 2\\.0\\.' a1.txt || exit 77; } && \
+  grep -qx 'allocator mimalloc 2\\.0\\.[0-9]* (decommit delay 25 ms, segment decommit delay 500 ms)' a1.txt && \
+  MIMALLOC_RESET_DELAY=1000 MIMALLOC_SEGMENT_DECOMMIT_DELAY=5000 $<TARGET_FILE:rayless> version | \
+    grep -q '(decommit delay 1000 ms, segment decommit delay 5000 ms)' && \
+  MIMALLOC_DECOMMIT_DELAY=10 MIMALLOC_SEGMENT_DECOMMIT_DELAY=0 $<TARGET_FILE:rayless> version | \
+    grep -q '(decommit delay 10 ms, segment decommit delay 0 ms)'")
+set_tests_properties(cli-version-allocator-delays PROPERTIES SKIP_RETURN_CODE 77
+                     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
