@@ -1,4 +1,3 @@
-#include <dlfcn.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <torch/version.h>
@@ -23,14 +22,7 @@ int version(const Args& args) {
   if (auto comma = mpi.find_first_of(",\n"); comma != std::string::npos) mpi.resize(comma);
   unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
   H5get_libversion(&h5_major, &h5_minor, &h5_release);
-  // mimalloc when the build linked it (CMakeLists.txt, "allocator"); found at run time so that a
-  // preloaded one counts too
-  std::string allocator = "glibc malloc";
-  if (auto* mi_version = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "mi_version"))) {
-    const int v = mi_version();
-    allocator = "mimalloc " + std::to_string(v / 100) + "." + std::to_string(v / 10 % 10) + "." + std::to_string(v % 10);
-    if (const std::string delays = allocator_delays(); !delays.empty()) allocator += " (" + delays + ")";  // as mimalloc read them
-  }
+  const std::string allocator = running_allocator();
   // bounded by main() unless the user set it
   std::string onednn_cache = onednn_kernel_cache_capacity();
   onednn_cache = onednn_cache.empty() ? "1024 kernels (oneDNN's default)" : onednn_cache + " kernels";
