@@ -37,9 +37,24 @@ bool packable(const torch::Tensor& weight, torch::ScalarType dtype) {
   return at::hasMKLDNN() && weight.device().is_cpu() && dtype_ok && reorder_op() && linear_op();
 }
 
-torch::Tensor cat_or_undefined(const std::vector<torch::Tensor>& parts) {
+// cat(parts, 0) in `dtype`, contiguous, or undefined for undefined parts. Each part is cast straight
+// into its rows of one buffer: concatenating in the parts' dtype first would write and read one more
+// float32 copy of q/k/v and gate/up at every generation under bfloat16 (docs/benchmarks.md, "The
+// decoding copy in one pass"). A single contiguous part already in `dtype` is returned as it is.
+torch::Tensor fused_in(const std::vector<torch::Tensor>& parts, torch::ScalarType dtype) {
   if (parts.empty() || !parts.front().defined()) return {};
-  return parts.size() == 1 ? parts.front() : torch::cat(parts, 0);
+  if (parts.size() == 1) return parts.front().to(dtype).contiguous();
+  int64_t rows = 0;
+  for (const auto& part : parts) rows += part.size(0);
+  auto sizes = parts.front().sizes().vec();
+  sizes.front() = rows;
+  auto fused = torch::empty(sizes, parts.front().options().dtype(dtype));
+  int64_t first = 0;
+  for (const auto& part : parts) {
+    fused.narrow(0, first, part.size(0)).copy_(part);
+    first += part.size(0);
+  }
+  return fused;
 }
 }  // namespace
 
@@ -49,15 +64,14 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
   runtimeCheck(!weights.empty() && weights.size() == biases.size(), "DecodingLinear: one bias slot per weight");
   torch::NoGradGuard no_grad;
   const bool cast = weights.front().scalar_type() != compute_dtype;
-  fused_bias_ = cat_or_undefined(biases);
-  if (fused_bias_.defined()) fused_bias_ = fused_bias_.to(compute_dtype);
+  fused_bias_ = fused_in(biases, compute_dtype);
   if (packable(weights.front(), compute_dtype)) {
-    torch::jit::Stack stack{cat_or_undefined(weights).to(compute_dtype).contiguous(), c10::IValue()};
+    torch::jit::Stack stack{fused_in(weights, compute_dtype), c10::IValue()};
     reorder_op()->callBoxed(&stack);
     packed_weight_ = stack.at(0).toTensor();
     packed_min_rows_ = compute_dtype == torch::kFloat32 ? kPackedMinRowsFloat32 : 1;
   } else if (weights.size() > 1 || cast) {
-    fused_weight_ = cat_or_undefined(weights).to(compute_dtype);
+    fused_weight_ = fused_in(weights, compute_dtype);
   }
 }
 
