@@ -344,19 +344,27 @@ torch::Tensor AttentionImpl::output(const torch::Tensor& attended) {
   return decoding_o.defined() && !torch::GradMode::is_enabled() ? decoding_o(attended) : o_proj(attended);
 }
 
+double AttentionImpl::scale() const { return 1.0 / std::sqrt(double(head_dim)); }
+
+torch::Tensor AttentionImpl::attend_padded(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                           const PackedGrid& grid) const {
+  // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
+  // repeated copy of the keys and values
+  const auto out = at::scaled_dot_product_attention(q, k, v, grid.mask, 0.0, false, scale(), num_kv_heads != num_heads)
+                       .transpose(1, 2)
+                       .reshape({grid.rows, grid.positions, num_heads * head_dim});
+  if (!grid.token_index.defined()) return out;
+  return out.view({grid.rows * grid.positions, num_heads * head_dim}).index_select(0, grid.token_index);
+}
+
 torch::Tensor AttentionImpl::attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                            const PackedGrid& grid) const {
-  const double scale = 1.0 / std::sqrt(double(head_dim));
-  const bool gqa = num_kv_heads != num_heads;
   // Rows of unequal length: the queries attended in buckets of like length (length_buckets.h),
   // padded only to their bucket's length.
   if (attends_in_buckets(grid.token_index, grid.positions))
-    return bucketed_attention(q, k, v, grid.mask, grid.token_index, scale, gqa, kAttentionCallCost);
-  const auto q_padded = to_padded(q, grid.rows, grid.positions, grid.token_index);
-  return at::scaled_dot_product_attention(q_padded, k, v, grid.mask, 0.0, false, scale, gqa)
-      .transpose(1, 2)
-      .reshape({grid.rows * grid.positions, num_heads * head_dim})
-      .index_select(0, grid.token_index);
+    return bucketed_attention(q, k, v, grid.mask, grid.token_index, scale(), num_kv_heads != num_heads,
+                              kAttentionCallCost);
+  return attend_padded(to_padded(q, grid.rows, grid.positions, grid.token_index), k, v, grid);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
@@ -378,13 +386,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
   k = apply_rope(to_padded(k, b, t, token_index), rope);
   v = to_padded(v, b, t, token_index);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
-  // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
-  // repeated copy of the keys and values
-  const double scale = 1.0 / std::sqrt(double(head_dim));
-  auto out = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, scale, /*enable_gqa=*/num_kv_heads != num_heads);
-  out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
-  if (token_index.defined()) out = out.view({b * t, num_heads * head_dim}).index_select(0, token_index);
-  return output(out);
+  return output(attend_padded(q, k, v, PackedGrid{token_index, mask, b, t}));
 }
 
 torch::Tensor AttentionImpl::forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout) {
@@ -594,6 +596,28 @@ torch::Tensor position_ids_from_mask(const torch::Tensor& attention_mask) {
   return (m.cumsum(-1) - 1).masked_fill(m == 0, 1);
 }
 
+namespace {
+// What the layers of a pass over a [rows, t] grid need besides the hidden states: each layer kind's
+// mask and the rotary tables at the tokens' positions (position_ids, or counted from the mask over
+// past + t as transformers does), gathered at the packed tokens `gather_at` when defined.
+struct GridSetup {
+  AttentionMasks masks;
+  RotaryTables rope;
+};
+GridSetup grid_setup(const ModelArchConfig& config, const RotaryEmbedding& rotary, torch::Dtype dtype,
+                     const torch::Tensor& attention_mask, const torch::Tensor& position_ids, int64_t past, int64_t t,
+                     const torch::Tensor& gather_at, DynamicRopeState* rope_state = nullptr) {
+  const AttentionLayout& layout = config.attention;
+  GridSetup setup;
+  setup.masks = attention_masks(attention_mask, past, t, layout.any_sliding() ? layout.sliding_window : 0);
+  const auto positions = position_ids.defined() ? position_ids.to(attention_mask.device())
+                                                : position_ids_from_mask(attention_mask).narrow(1, past, t);
+  setup.rope = rotary.tables(positions, dtype, rope_state);
+  if (gather_at.defined()) setup.rope = packed_rotary_tables(setup.rope, gather_at);
+  return setup;
+}
+}  // namespace
+
 torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const torch::Tensor& attention_mask_in,
                                            const torch::Tensor& position_ids_in, KVCache* cache,
                                            const torch::Tensor& token_index_in) {
@@ -605,16 +629,15 @@ torch::Tensor CausalLMImpl::forward_hidden(const torch::Tensor& input_ids, const
                                      : torch::ones({b, past + t}, torch::TensorOptions().dtype(torch::kLong).device(device));
   runtimeCheck(attention_mask.size(0) == b && attention_mask.size(1) == past + t, "attention_mask is [",
                attention_mask.size(0), ", ", attention_mask.size(1), "], expected [", b, ", ", past + t, "]");
-  torch::Tensor position_ids = position_ids_in.defined() ? position_ids_in.to(device)
-                                                         : position_ids_from_mask(attention_mask).narrow(1, past, t);
-  const AttentionLayout& layout = config_.attention;
-  const AttentionMasks masks = attention_masks(attention_mask, past, t, layout.any_sliding() ? layout.sliding_window : 0);
-
   const torch::Tensor token_index = token_index_in.defined() ? token_index_in.to(device) : token_index_in;
   auto h = token_index.defined() ? model->embed_tokens(input_ids.reshape({-1}).index_select(0, token_index))
                                  : model->embed_tokens(input_ids);
-  RotaryTables rope = rotary_.tables(position_ids, h.scalar_type(), cache ? &cache->rope_state : nullptr);
-  if (attends_in_buckets(token_index, t)) rope = packed_rotary_tables(rope, token_index);
+  const GridSetup setup = grid_setup(config_, rotary_, h.scalar_type(), attention_mask, position_ids_in, past, t,
+                                     attends_in_buckets(token_index, t) ? token_index : torch::Tensor(),
+                                     cache ? &cache->rope_state : nullptr);
+  const AttentionLayout& layout = config_.attention;
+  const AttentionMasks& masks = setup.masks;
+  const RotaryTables& rope = setup.rope;
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled() && cache == nullptr;
   for (size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers->ptr<DecoderLayerImpl>(i);
@@ -642,32 +665,24 @@ torch::Tensor CausalLMImpl::forward_hidden_sharing_prompts(const SharedPromptBat
                "forward_hidden_sharing_prompts: prompts ", batch.prompt_ids.sizes(), ", completions ",
                batch.completion_ids.sizes(), ", attention_mask ", batch.attention_mask.sizes(), ", row_prompts ",
                batch.row_prompts.sizes());
-  const auto prompt_mask = on_device(batch.prompt_mask), attention_mask = on_device(batch.attention_mask);
   const auto prompt_index = on_device(batch.prompt_index), completion_index = on_device(batch.completion_index);
-  const AttentionLayout& layout = config_.attention;
-  const int64_t window = layout.any_sliding() ? layout.sliding_window : 0;
-  const AttentionMasks prompt_masks = attention_masks(prompt_mask, 0, P, window);
-  const AttentionMasks completion_masks = attention_masks(attention_mask, P, T, window);
-  const auto prompt_positions =
-      batch.prompt_positions.defined() ? on_device(batch.prompt_positions) : position_ids_from_mask(prompt_mask);
-  const auto completion_positions = batch.completion_positions.defined()
-                                        ? on_device(batch.completion_positions)
-                                        : position_ids_from_mask(attention_mask).narrow(1, P, T);
-
   auto h = model->embed_tokens(torch::cat({on_device(batch.prompt_ids).reshape({-1}).index_select(0, prompt_index),
                                            on_device(batch.completion_ids).reshape({-1}).index_select(0, completion_index)}));
-  const RotaryTables prompt_rope = packed_rotary_tables(rotary_.tables(prompt_positions, h.scalar_type()), prompt_index);
-  const RotaryTables completion_rope =
-      packed_rotary_tables(rotary_.tables(completion_positions, h.scalar_type()), completion_index);
+  // the prompts' grid [U, P], then the completions' [B, T] after their prompts' P positions
+  const GridSetup prompts = grid_setup(config_, rotary_, h.scalar_type(), on_device(batch.prompt_mask),
+                                       batch.prompt_positions, 0, P, prompt_index);
+  const GridSetup completions = grid_setup(config_, rotary_, h.scalar_type(), on_device(batch.attention_mask),
+                                           batch.completion_positions, P, T, completion_index);
   SharedPromptLayout shared;
   shared.prompts = PackedGrid{prompt_index, {}, U, P};
   shared.completions = PackedGrid{completion_index, {}, B, T};
   shared.row_prompts = on_device(batch.row_prompts);
-  shared.cos = torch::cat({prompt_rope.packed_cos, completion_rope.packed_cos});
-  shared.sin = torch::cat({prompt_rope.packed_sin, completion_rope.packed_sin});
+  shared.cos = torch::cat({prompts.rope.packed_cos, completions.rope.packed_cos});
+  shared.sin = torch::cat({prompts.rope.packed_sin, completions.rope.packed_sin});
+  const AttentionLayout& layout = config_.attention;
   for (size_t i = 0; i < model->layers->size(); ++i) {
-    shared.prompts.mask = prompt_masks.for_layer(layout, i);
-    shared.completions.mask = completion_masks.for_layer(layout, i);
+    shared.prompts.mask = prompts.masks.for_layer(layout, i);
+    shared.completions.mask = completions.masks.for_layer(layout, i);
     h = model->layers->ptr<DecoderLayerImpl>(i)->forward_sharing_prompts(h, shared);
   }
   return model->norm(h);

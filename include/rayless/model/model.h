@@ -130,6 +130,11 @@ class AttentionImpl : public torch::nn::Module {
   // padded layout [rows, H_kv, past + positions, D]; [N, heads * D]
   torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const PackedGrid& grid) const;
+  // one attention call on the padded layout, queries q [rows, heads, positions, D] too: [rows,
+  // positions, heads * D], or [N, heads * D] at the grid's packed tokens when it has any
+  torch::Tensor attend_padded(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const PackedGrid& grid) const;
+  double scale() const;  // 1 / sqrt(head_dim)
   torch::Tensor output(const torch::Tensor& attended);  // o_proj
 };
 TORCH_MODULE(Attention);
