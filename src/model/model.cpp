@@ -12,6 +12,7 @@
 #include "rayless/base/files.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
+#include "rayless/model/decoding_rotary.h"
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
 
@@ -382,8 +383,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
     return output(attend_packed(q, k, v, PackedGrid{token_index, mask, b, t}));
   }
-  q = apply_rope(to_padded(q, b, t, token_index), rope);
-  k = apply_rope(to_padded(k, b, t, token_index), rope);
+  if (t == 1 && !token_index.defined() && !torch::GradMode::is_enabled() && rotates_for_decoding(q, k, rope.cos, rope.sin)) {
+    // a decode step: q and k rotated in one pass, straight into the dtype the attention computes in
+    // (autocast's, as its cast and the cache's would give), the same bits as the operators below
+    std::tie(q, k) = rotate_for_decoding(q, k, rope.cos, rope.sin, autocast_compute_dtype(q.device().type(), torch::kFloat32));
+  } else {
+    q = apply_rope(to_padded(q, b, t, token_index), rope);
+    k = apply_rope(to_padded(k, b, t, token_index), rope);
+  }
   v = to_padded(v, b, t, token_index);
   if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
   return output(attend_padded(q, k, v, PackedGrid{token_index, mask, b, t}));
