@@ -3,10 +3,12 @@
 #include "cli/commands.h"
 #include "cli/dispatch.h"
 #include "cli/onednn_cache.h"
+#include "rayless/runtime/crash_report.h"
 
 int main(int argc, char** argv) {
   using namespace rayless::cli;
   bound_onednn_kernel_cache();  // first: before LibTorch calls oneDNN
+  rayless::install_crash_report();  // before MPI_Init, which installs Open MPI's only where none is set
   if (argc >= 2 && std::string(argv[1]) == "--version") argv[1] = const_cast<char*>("version");
   return dispatch("rayless",
                   {{"train", train, "train a policy with GRPO (run under mpirun or srun)"},

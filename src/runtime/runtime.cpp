@@ -16,6 +16,7 @@
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
 #include "rayless/base/log.h"
+#include "rayless/runtime/crash_report.h"
 #include "rayless/runtime/watchdog.h"
 
 namespace rayless {
@@ -39,6 +40,7 @@ Runtime::Runtime(int* argc, char*** argv) {
   MPI_Comm_rank(node_, &local_rank_);
   MPI_Comm_size(node_, &local_size_);
   set_log_rank(rank_);
+  set_crash_report_rank(rank_);
 }
 
 Runtime::~Runtime() {

@@ -6,6 +6,9 @@
 //                                      write that crosses the threshold is short, the next fail)
 //                              drop    pretend writes to matching files succeeded, write nothing (a
 //                                      writer that ignores errors: only for showing a test can fail)
+//                              nullcall  at a write to a matching file, call through a null function
+//                                      pointer from io_faults_call_through_null (a corrupt function
+//                                      table: the crash report must name the caller)
 //                              (unset or empty: the shim does nothing)
 //   RAYLESS_FAULT_PATH_SUBSTR  the fault applies to files whose path (readlink /proc/self/fd/N)
 //                              contains this string (required)
@@ -39,7 +42,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { MODE_OFF = 0, MODE_KILL, MODE_ENOSPC, MODE_DROP };
+enum { MODE_OFF = 0, MODE_KILL, MODE_ENOSPC, MODE_DROP, MODE_NULLCALL };
 enum { ON_WRITE = 0, ON_RENAME, ON_UNLINK };
 
 static int g_mode = -1;  // -1: not read yet
@@ -68,6 +71,7 @@ static void configure(void) {
     if (!strcmp(m, "kill")) mode = MODE_KILL;
     else if (!strcmp(m, "enospc")) mode = MODE_ENOSPC;
     else if (!strcmp(m, "drop")) mode = MODE_DROP;
+    else if (!strcmp(m, "nullcall")) mode = MODE_NULLCALL;
   }
   const char* want_rank = getenv("RAYLESS_FAULT_RANK");
   if (mode != MODE_OFF && want_rank && *want_rank) {
@@ -101,6 +105,14 @@ static void log_fault(const char* what, const char* path, unsigned long long at)
   syscall(SYS_write, fd, line, (size_t)n);
   syscall(SYS_fsync, fd);
   syscall(SYS_close, fd);
+}
+
+// A jump to address 0 from a named, exported function (backtraces show its name); not a tail call, so
+// the return address on the stack lies inside it.
+__attribute__((noinline, visibility("default"))) void io_faults_call_through_null(void) {
+  void (*volatile function)(void) = NULL;
+  function();
+  __asm__ volatile("" ::: "memory");
 }
 
 static int fd_matches(int fd, char* path, size_t size) {
@@ -157,6 +169,10 @@ static int decide(int fd, size_t count, const void* data_or_null, off_t offset, 
     log_fault("SIGKILL", path, before + head);
     raise(SIGKILL);
     for (;;) pause();
+  }
+  if (g_mode == MODE_NULLCALL) {
+    log_fault("null call", path, before);
+    io_faults_call_through_null();
   }
   if (!__atomic_exchange_n(&g_logged, 1, __ATOMIC_SEQ_CST))
     log_fault(g_mode == MODE_ENOSPC ? "ENOSPC" : "dropped write", path, before);

@@ -29,10 +29,12 @@ add_test(NAME faults-kill9-random-moments COMMAND ${_faults}/kill_random.sh $<TA
 # np 3: one rank stopped (SIGSTOP) or killed (SIGKILL) after step 1, collective_timeout_s = 10
 add_test(NAME faults-stalled-rank-np3 COMMAND ${_faults}/rank_fault.sh $<TARGET_FILE:rayless> stop 10 10)
 add_test(NAME faults-dead-rank-np3 COMMAND ${_faults}/rank_fault.sh $<TARGET_FILE:rayless> kill 10 10)
+# rank 1 calls through a null function pointer: one report that names the caller, the job ends
+add_test(NAME faults-crash-report COMMAND ${_faults}/crash_report.sh $<TARGET_FILE:rayless> ${_faults_shim})
 
 set_tests_properties(faults-reference-run faults-kill9-random-moments faults-kill9-inside-writes
                      faults-kill9-before-first-checkpoint faults-disk-full faults-stalled-rank-np3 faults-dead-rank-np3
-                     PROPERTIES ENVIRONMENT "${RAYLESS_MPI_ENV}" TIMEOUT 300 PROCESSORS 2 LABELS faults)
+                     faults-crash-report PROPERTIES ENVIRONMENT "${RAYLESS_MPI_ENV}" TIMEOUT 300 PROCESSORS 2 LABELS faults)
 
 # damaged newest checkpoint (fallback with a warning, or exit 2 for --resume PATH) and damaged stored
 # generations at a mid-cycle resume (exit 2 naming the step file)
