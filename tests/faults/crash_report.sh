@@ -19,11 +19,7 @@ RAYLESS_FAULT_MODE=nullcall RAYLESS_FAULT_RANK=1 RAYLESS_FAULT_PATH_SUBSTR=heart
   -x RAYLESS_FAULT_PATH_SUBSTR -x RAYLESS_FAULT_LOG "$rayless" train "${FAULTS_ARGS[@]}" --output "$out" \
   --set train.max_steps=200 > "$log" 2>&1 &
 job_pid=$!
-ended=""
-while le "$(elapsed "$t0")" "$bound"; do
-  if ! kill -0 "$job_pid" 2>/dev/null; then ended=$(elapsed "$t0"); break; fi
-  sleep 0.2
-done
+wait_for_job_end "$t0" "$bound"
 if [ -z "$ended" ]; then
   kill_job
   tail -30 "$log"

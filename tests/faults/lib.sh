@@ -100,6 +100,18 @@ kill_job() {
   wait "$job_pid"; job_rc=$?
 }
 
+# wait_for_job_end T0 BOUND_S: until the background job (job_pid) has ended, at most BOUND_S seconds
+# after T0 (from now); sets ended to the seconds since T0, or "" if it is still running
+wait_for_job_end() {
+  local t0=$1 bound=$2
+  ended=""
+  while le "$(elapsed "$t0")" "$bound"; do
+    if ! kill -0 "$job_pid" 2>/dev/null; then ended=$(elapsed "$t0"); return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
 # wait_for_step DIR N [TIMEOUT_S]: until metrics.jsonl has step N (or the job ended: 1)
 wait_for_step() {
   local dir=$1 n=$2 limit=${3:-240} i

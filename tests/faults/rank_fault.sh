@@ -39,11 +39,7 @@ if [ "$mode" = stop ]; then kill -STOP "$pid"; else kill -KILL "$pid"; fi
 echo "SIG$(echo "$mode" | tr a-z A-Z) to rank $victim (pid $pid) after step 1; collective_timeout_s = $watchdog"
 
 # the job must end by itself within the bound
-ended=""
-while le "$(elapsed "$t0")" "$bound"; do
-  if ! kill -0 "$job_pid" 2>/dev/null; then ended=$(elapsed "$t0"); break; fi
-  sleep 0.1
-done
+wait_for_job_end "$t0" "$bound"
 if [ -z "$ended" ]; then
   echo "processes still running after $bound s: $(tagged_pids)"
   kill_job

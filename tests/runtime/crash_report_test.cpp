@@ -94,14 +94,28 @@ uintptr_t frame_address(const std::string& line) {
   return static_cast<uintptr_t>(std::strtoull(line.c_str() + open + 1, nullptr, 16));
 }
 
-}  // namespace
-
-TEST_CASE("crash report: a call through a null pointer names its caller and still ends by SIGSEGV") {
-  const Death death = die_in_child(call_through_null_pointer);
+// The report of crash() in a child that must have died of SIGSEGV.
+std::string sigsegv_report_of(void (*crash)()) {
+  const Death death = die_in_child(crash);
   INFO(death.report);
   REQUIRE(WIFSIGNALED(death.status));
   CHECK(WTERMSIG(death.status) == SIGSEGV);
-  const auto lines = lines_of(death.report);
+  return death.report;
+}
+
+// Whether a backtrace line from `first` on has its address in `range`.
+bool any_frame_in(const std::vector<std::string>& lines, size_t first, const Range& range) {
+  for (size_t i = first; i < lines.size(); ++i)
+    if (range.holds(frame_address(lines[i]))) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("crash report: a call through a null pointer names its caller and still ends by SIGSEGV") {
+  const std::string report = sigsegv_report_of(call_through_null_pointer);
+  INFO(report);
+  const auto lines = lines_of(report);
   REQUIRE(lines.size() >= 4);
   CHECK(lines[0].rfind("rayless: rank 7 (host ", 0) == 0);
   CHECK(lines[0].find("died of SIGSEGV (address not mapped) at address 0x0, instruction 0x0") != std::string::npos);
@@ -111,25 +125,18 @@ TEST_CASE("crash report: a call through a null pointer names its caller and stil
   CHECK(caller.holds(frame_address(lines[2])));
   CHECK(lines[3].rfind("rayless: backtrace", 0) == 0);
   // and the unwinder, started from the caller, goes on past it: its frame is in the backtrace
-  bool caller_in_backtrace = false;
-  for (size_t i = 4; i < lines.size(); ++i) caller_in_backtrace |= caller.holds(frame_address(lines[i]));
-  CHECK(caller_in_backtrace);
+  CHECK(any_frame_in(lines, 4, caller));
   CHECK(lines.size() > 6);  // call_through_null_pointer's callers are there too
 }
 
 TEST_CASE("crash report: a bad read names the address and the faulting function") {
-  const Death death = die_in_child(read_from_address_0x10);
-  INFO(death.report);
-  REQUIRE(WIFSIGNALED(death.status));
-  CHECK(WTERMSIG(death.status) == SIGSEGV);
-  const auto lines = lines_of(death.report);
+  const std::string report = sigsegv_report_of(read_from_address_0x10);
+  INFO(report);
+  const auto lines = lines_of(report);
   REQUIRE(lines.size() >= 3);
   CHECK(lines[0].find("died of SIGSEGV (address not mapped) at address 0x10, instruction 0x") != std::string::npos);
   CHECK(lines[1].rfind("rayless: backtrace", 0) == 0);
-  const Range faulting = range_of(read_from_address_0x10, 64);
-  bool found = false;
-  for (size_t i = 2; i < lines.size(); ++i) found |= faulting.holds(frame_address(lines[i]));
-  CHECK(found);
+  CHECK(any_frame_in(lines, 2, range_of(read_from_address_0x10, 64)));
 }
 
 TEST_CASE("crash report: a handler already set (a sanitizer's, a debugger's) is kept") {

@@ -92,19 +92,15 @@ void measure(const char* name, int n, int k) {
               static_cast<double>(n) * k * 2 / best / 1e9, worst);
 }
 
+template <int... Rows>
+void measure_rows(const char* name, int n, int k) {
+  (measure<Rows>(name, n, k), ...);
+}
+
 }  // namespace
 
 int main() {
-  measure<1>("gate/up", 3584, 640);
-  measure<4>("gate/up", 3584, 640);
-  measure<8>("gate/up", 3584, 640);
-  measure<16>("gate/up", 3584, 640);
-  measure<1>("down", 640, 1792);
-  measure<4>("down", 640, 1792);
-  measure<8>("down", 640, 1792);
-  measure<16>("down", 640, 1792);
-  measure<1>("q/k/v", 896, 640);
-  measure<4>("q/k/v", 896, 640);
-  measure<8>("q/k/v", 896, 640);
-  measure<16>("q/k/v", 896, 640);
+  measure_rows<1, 4, 8, 16>("gate/up", 3584, 640);
+  measure_rows<1, 4, 8, 16>("down", 640, 1792);
+  measure_rows<1, 4, 8, 16>("q/k/v", 896, 640);
 }
