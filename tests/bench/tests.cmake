@@ -5,6 +5,8 @@ set_tests_properties(bench-init-model PROPERTIES TIMEOUT 120 LABELS e2e)
 add_test(NAME bench-compare-equal-settings COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_equal_settings.sh)
 # its machine floor (the lower bound set against TRL's step / 3), against hand-computed cases
 add_test(NAME bench-compare-machine-floor COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_floor.sh)
+# its targets table (speed, memory, 2 ranks by step time and by completion tok/s), against hand-computed cases
+add_test(NAME bench-compare-targets COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_targets.sh)
 # `rayless-bench decode` runs and prints its table (a smoke check; the figures are for docs/benchmarks.md)
 add_test(NAME bench-decode-prints-limits
          COMMAND $<TARGET_FILE:rayless-bench> decode --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json

@@ -852,6 +852,10 @@ def targets_table(results):
         speedup = trl["median_step_s"] / one["median_step_s"] if trl and one else None
         rss = one["peak_rss_mb"] / trl["peak_rss_mb"] if trl and one and trl["peak_rss_mb"] else None
         scaling = one["median_step_s"] / two["median_step_s"] if one and two else None
+        # the ranks sample from their own streams, so 2 ranks generate other completions, of another
+        # length, than 1: completion tokens per second sets the step against the work it did
+        token_scaling = (two["completion_tokens_per_s"] / one["completion_tokens_per_s"]
+                         if one and two and one["completion_tokens_per_s"] else None)
         floor = (machine_floor_s(one, results["parameters"][one["size"]], prompt_tokens, results["machine"])
                  if one and "machine" in results and "memory_bandwidth_gbs" in results["machine"] else None)
         reachable = None if floor is None or not trl else floor <= trl["median_step_s"] / TARGET_SPEEDUP
@@ -863,11 +867,14 @@ def targets_table(results):
                      "—" if rss is None else f"{rss:.2f}",
                      met(None if rss is None else rss <= TARGET_RSS_RATIO),
                      "—" if scaling is None else f"{scaling:.2f}x",
-                     met(None if scaling is None else scaling >= TARGET_SCALING)])
+                     met(None if scaling is None else scaling >= TARGET_SCALING),
+                     "—" if token_scaling is None else
+                     f"{token_scaling:.2f}x ({one['mean_completion_length']:.0f} / {two['mean_completion_length']:.0f})"])
     header = ["scenario", "step time TRL / rayless-1", f"≥ {TARGET_SPEEDUP:.1f}x?",
               f"machine floor / TRL's step ÷ {TARGET_SPEEDUP:g} (s)", f"{TARGET_SPEEDUP:g}x possible here?",
               "peak RSS rayless-1 / TRL",
-              f"≤ {TARGET_RSS_RATIO:.2f}?", "step time 1 rank / 2 ranks", f"≥ {TARGET_SCALING:.1f}x?"]
+              f"≤ {TARGET_RSS_RATIO:.2f}?", "step time 1 rank / 2 ranks", f"≥ {TARGET_SCALING:.1f}x?",
+              "completion tok/s 2 ranks / 1 rank (mean completion length 1 / 2)"]
     return markdown_table(header, rows)
 
 
