@@ -8,6 +8,7 @@
 #include "cli/onednn_cache.h"
 #include "cli/options.h"
 #include "rayless/comm/communicator.h"
+#include "rayless/model/amx_linear.h"
 
 namespace rayless::cli {
 
@@ -34,7 +35,8 @@ int version(const Args& args) {
             << "mpi " << mpi << "\n"
             << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << "\n"
             << "allocator " << allocator << "\n"
-            << "onednn kernel cache " << onednn_cache << std::endl;
+            << "onednn kernel cache " << onednn_cache << "\n"
+            << "bfloat16 decoding " << amx::describe() << std::endl;
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "rayless/base/error.h"
+#include "rayless/model/amx_linear.h"
 
 namespace rayless {
 
@@ -65,7 +66,12 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
   torch::NoGradGuard no_grad;
   const bool cast = weights.front().scalar_type() != compute_dtype;
   fused_bias_ = fused_in(biases, compute_dtype);
-  if (packable(weights.front(), compute_dtype)) {
+  for (const auto& weight : weights) outputs_ += weight.size(0);
+  const int64_t inputs = weights.front().size(1);
+  if (compute_dtype == torch::kBFloat16 && weights.front().device().is_cpu() && amx::available() &&
+      amx::fits(outputs_, inputs)) {
+    amx_weight_ = amx::pack(weights);  // cast and laid out in one pass, no fused copy first
+  } else if (packable(weights.front(), compute_dtype)) {
     torch::jit::Stack stack{fused_in(weights, compute_dtype), c10::IValue()};
     reorder_op()->callBoxed(&stack);
     packed_weight_ = stack.at(0).toTensor();
@@ -77,6 +83,12 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
 
 torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(in, 1);
+  if (amx_weight_.defined()) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = outputs_;
+    return amx::linear(x.reshape({rows, in}).to(compute_dtype_).contiguous(), amx_weight_, outputs_, fused_bias_)
+        .view(sizes);
+  }
   if (packed_weight_.defined() && rows >= packed_min_rows_) {
     torch::jit::Stack stack{x.reshape({rows, in}).to(compute_dtype_).contiguous(), packed_weight_,
                             fused_bias_.defined() ? c10::IValue(fused_bias_) : c10::IValue(),

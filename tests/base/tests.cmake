@@ -47,6 +47,16 @@ add_test(NAME cli-version-onednn-kernel-cache COMMAND sh -c "\
   ONEDNN_PRIMITIVE_CACHE_CAPACITY=1024 $<TARGET_FILE:rayless> version | grep -qx 'onednn kernel cache 1024 kernels' && \
   env -u ONEDNN_PRIMITIVE_CACHE_CAPACITY DNNL_PRIMITIVE_CACHE_CAPACITY=64 $<TARGET_FILE:rayless> version | grep -qx 'onednn kernel cache 64 kernels'")
 
+# `rayless version` names the kernel of generation's bfloat16 products: rayless's AMX tiles where the CPU
+# has them (read from /proc/cpuinfo here, apart from the binary's own cpuid test), oneDNN's otherwise
+# or with RAYLESS_AMX=0
+add_test(NAME cli-version-decode-kernel COMMAND sh -c "\
+  env -u RAYLESS_AMX $<TARGET_FILE:rayless> version > k1.txt && grep '^bfloat16 decoding' k1.txt && \
+  if grep -qw amx_bf16 /proc/cpuinfo; then grep -qx 'bfloat16 decoding AMX tiles (RAYLESS_AMX=0 for oneDNN.s kernel)' k1.txt; \
+  else grep -qx 'bfloat16 decoding oneDNN (no AMX tiles on this CPU)' k1.txt; fi && \
+  RAYLESS_AMX=0 $<TARGET_FILE:rayless> version | grep -qx 'bfloat16 decoding oneDNN (RAYLESS_AMX=0)'")
+set_tests_properties(cli-version-decode-kernel PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
 # `rayless version` reports mimalloc's decommit delays as the running allocator read them from the
 # environment (docs/hpc.md: the memory/step-time trade). Skipped (77) where the binary does not run
 # on mimalloc 2.0 (the sanitizer build keeps ASan's allocator).

@@ -2,6 +2,7 @@
 
 #include "helpers.h"
 #include "rayless/base/error.h"
+#include "rayless/model/amx_linear.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/completion_logprobs.h"
@@ -80,7 +81,13 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     // prefill the first 9 tokens (every row holds a real one by then), then one token per step
     const int64_t prefill = 9;
     FusedDecodingWeights fused(model);
-    CHECK(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->decoding_qkv.compute_dtype() == torch::kBFloat16);
+    const auto& attention = *model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn;
+    CHECK(attention.decoding_qkv.compute_dtype() == torch::kBFloat16);
+    // where the CPU has AMX the products whose shapes fit the tiles run on rayless's tile kernel
+    // (model/amx_linear.h): o_proj in all three models, q/k/v in qwen2 (with biases) and llama (128
+    // outputs; qwen3's 144 do not fill 64-output blocks and stay on oneDNN's)
+    CHECK(attention.decoding_o.on_amx_tiles() == amx::available());
+    CHECK(attention.decoding_qkv.on_amx_tiles() == (amx::available() && name != "qwen3"));
     KVCache cache;
     std::vector<torch::Tensor> steps{model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};
     for (int64_t t = prefill; t < ids.size(1); ++t)

@@ -3,7 +3,9 @@
 // weight on every call with few rows, which was most of a decode step's matmul time (measured in
 // docs/benchmarks.md, "Where the time goes"); a packed weight is read as it lies. Under bfloat16
 // autocast (train.bf16) the copy is taken in bfloat16 once per generation, as autocast would cast the
-// weight at every call, and oneDNN runs it on the CPU's bfloat16 units (AMX, AVX512-BF16) where present.
+// weight at every call, and oneDNN runs it on the CPU's bfloat16 units (AMX, AVX512-BF16) where present;
+// on CPUs with AMX the bfloat16 copy goes to rayless's own tile kernel instead (model/amx_linear.h),
+// with which a decode step of the 53M model took 9-30 % less time (docs/benchmarks.md).
 #pragma once
 #include <torch/types.h>
 
@@ -30,7 +32,9 @@ class DecodingLinear {
   // bfloat16 weight is faster at every row count (measured from 1 row), so it has no such limit.
   static constexpr int64_t kPackedMinRowsFloat32 = 4;
   torch::ScalarType compute_dtype() const { return compute_dtype_; }
-  bool packed() const { return packed_weight_.defined(); }
+  bool packed() const { return packed_weight_.defined() || amx_weight_.defined(); }
+  // the bfloat16 weight is in AMX tiles' layout (model/amx_linear.h) rather than oneDNN's
+  bool on_amx_tiles() const { return amx_weight_.defined(); }
 
  private:
   std::vector<torch::Tensor> weights_, biases_;  // the parts, as given
@@ -38,6 +42,8 @@ class DecodingLinear {
   int64_t packed_min_rows_ = 1;
   torch::Tensor fused_weight_;  // cat(weights) in the compute dtype, when not packed and not the parts as given
   torch::Tensor packed_weight_, fused_bias_;  // oneDNN's layout of cat(weights); cat(biases); compute dtype
+  torch::Tensor amx_weight_;  // bfloat16 cat(weights) in AMX tiles' layout, where the CPU has them
+  int64_t outputs_ = 0;       // rows of cat(weights)
 };
 
 }  // namespace rayless
