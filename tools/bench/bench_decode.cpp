@@ -21,6 +21,7 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/files.h"
+#include "rayless/model/amx_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/model.h"
 
@@ -65,13 +66,15 @@ std::unique_ptr<at::ObserverContext> count_call(const at::RecordFunction& fn) {
 
 struct DecodeRow {
   int64_t rows;
-  double step_ms, operator_calls;
+  double step_ms, operator_calls, copy_ms;  // copy: the fused decoding weights, taken once per generation
 };
 
 DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t steps, bool fuse) {
   auto ids = torch::randint(1, std::min<int64_t>(model->config().vocab_size, 200), {rows, prompt_len}, torch::kLong);
   std::optional<FusedDecodingWeights> fused;
+  const auto copy_start = Clock::now();
   if (fuse) fused.emplace(model);  // as generate() decodes
+  const double copy_ms = 1e3 * seconds_since(copy_start);
   KVCache cache;
   cache.capacity_hint = prompt_len + steps + 2;
   auto mask = torch::ones({rows, prompt_len}, torch::kLong);
@@ -98,7 +101,7 @@ DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t
     times.push_back(seconds_since(start));
   }
   std::nth_element(times.begin(), times.begin() + steps / 2, times.end());
-  return {rows, 1e3 * times[static_cast<size_t>(steps / 2)], calls};
+  return {rows, 1e3 * times[static_cast<size_t>(steps / 2)], calls, copy_ms};
 }
 
 }  // namespace
@@ -119,13 +122,7 @@ int bench_decode(const Args& args) {
   if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
   const ModelArchConfig config = ModelArchConfig::from_json(read_json_file(config_json), config_json);
   inputCheck(steps >= 1 && prompt_len >= 1, "bench decode: --steps and --prompt-length must be >= 1");
-  std::vector<int64_t> batch_sizes;
-  std::stringstream list(rows_list);
-  for (std::string item; std::getline(list, item, ',');) {
-    inputCheck(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && std::stoll(item) >= 1,
-               "bench decode: --rows must list positive integers, got \"", rows_list, "\"");
-    batch_sizes.push_back(std::stoll(item));
-  }
+  const std::vector<int64_t> batch_sizes = parse_rows(rows_list, "bench decode");
 
   record_names = op_names;
   c10::InferenceMode inference;
@@ -146,14 +143,16 @@ int bench_decode(const Args& args) {
   std::printf("machine: %s matmul %.1f GFLOP/s ([4096 x %lld] x [%lld x %lld]), memory read %.1f GB/s (1 GiB matrix-vector)\n",
               dtype_name, matmul, (long long)config.hidden_size, (long long)config.intermediate_size, (long long)config.hidden_size,
               bandwidth);
-  std::printf("decode floor (weights read once at that rate): %.2f ms per step\n\n", floor_ms);
-  std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step |\n"
-               "|---|---|---|---|---|---|\n";
+  std::printf("decode floor (weights read once at that rate): %.2f ms per step\n", floor_ms);
+  if (bf16) std::printf("bfloat16 products: %s\n", amx::describe().c_str());
+  std::printf("\n");
+  std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step | decoding copy, ms |\n"
+               "|---|---|---|---|---|---|---|\n";
   for (int64_t rows : batch_sizes) {
     const DecodeRow r = time_decode(model, rows, prompt_len, steps, !unfused);
     const double gflops = 2.0 * streamed * double(rows) / (r.step_ms * 1e-3) / 1e9;
-    std::printf("| %lld | %.2f | %.2f | %.1f | %.0f %% | %.0f |\n", (long long)rows, r.step_ms, r.step_ms / floor_ms,
-                gflops, 100.0 * gflops / matmul, r.operator_calls);
+    std::printf("| %lld | %.2f | %.2f | %.1f | %.0f %% | %.0f | %.1f |\n", (long long)rows, r.step_ms, r.step_ms / floor_ms,
+                gflops, 100.0 * gflops / matmul, r.operator_calls, r.copy_ms);
     if (op_names) {
       std::vector<std::pair<int64_t, std::string>> by_count;
       for (const auto& [name, count] : calls_by_name) by_count.emplace_back(count, name);
