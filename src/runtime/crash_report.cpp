@@ -102,6 +102,40 @@ void** instruction_slot(ucontext_t* uc) {
 #endif
 }
 
+// A jump to 0 has no unwind information to start from. A call pushed its return address (x86-64) or
+// left it in the link register (AArch64): step_to_caller resumes the saved context there, as a return
+// would, so that the unwinder starts from the caller, and returns that address (null where this
+// architecture is not handled); put_back restores the context before the signal's default action.
+struct CallerStep {
+  void* caller = nullptr;
+  uintptr_t stack_pointer = 0;  // before the step (x86-64)
+};
+
+CallerStep step_to_caller(ucontext_t* uc, void** pc_slot) {
+  CallerStep step;
+#if defined(__x86_64__)
+  step.stack_pointer = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
+  step.caller = *reinterpret_cast<void**>(step.stack_pointer);
+  if (step.caller) uc->uc_mcontext.gregs[REG_RSP] += static_cast<greg_t>(sizeof(void*));
+#elif defined(__aarch64__)
+  step.caller = reinterpret_cast<void*>(uc->uc_mcontext.regs[30]);
+#else
+  (void)uc;
+#endif
+  if (step.caller) *pc_slot = step.caller;
+  return step;
+}
+
+void put_back(ucontext_t* uc, void** pc_slot, const CallerStep& step) {
+  *pc_slot = nullptr;
+#if defined(__x86_64__)
+  uc->uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(step.stack_pointer);
+#else
+  (void)uc;
+  (void)step;
+#endif
+}
+
 void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   // SA_RESETHAND put the default action back: a fault inside this report ends the process at once
   auto* uc = static_cast<ucontext_t*>(context);
@@ -118,26 +152,13 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   if (pc_slot) (line << ", instruction ").hex(pc);
   line.write_out();
 
-#if defined(__x86_64__) || defined(__aarch64__)
-  // A jump to 0 has no unwind information to start from. A call pushed its return address (x86-64)
-  // or left it in the link register (AArch64): resume the saved context there, as a return would,
-  // for the unwinder; the context is put back before the signal's default action.
-  void* stack_top = nullptr;
-  void* return_address = nullptr;
-  if (pc == nullptr && pc_slot) {
-#if defined(__x86_64__)
-    stack_top = reinterpret_cast<void*>(uc->uc_mcontext.gregs[REG_RSP]);
-    return_address = *static_cast<void**>(stack_top);
-    uc->uc_mcontext.gregs[REG_RSP] += static_cast<greg_t>(sizeof(void*));
-#else
-    return_address = reinterpret_cast<void*>(uc->uc_mcontext.regs[30]);
-#endif
-    *pc_slot = return_address;
+  CallerStep step;
+  if (pc == nullptr && pc_slot) step = step_to_caller(uc, pc_slot);
+  if (step.caller) {
     line << "rayless: the instruction address is 0: a call through a null function pointer, made from:";
     line.write_out();
-    backtrace_symbols_fd(&return_address, 1, STDERR_FILENO);
+    backtrace_symbols_fd(&step.caller, 1, STDERR_FILENO);
   }
-#endif
 
   line << "rayless: backtrace (a frame without a name: addr2line -Cfe FILE OFFSET):";
   line.write_out();
@@ -145,14 +166,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   const int depth = backtrace(frames, 64);
   backtrace_symbols_fd(frames, depth, STDERR_FILENO);
 
-#if defined(__x86_64__)
-  if (pc == nullptr && pc_slot) {
-    *pc_slot = nullptr;
-    uc->uc_mcontext.gregs[REG_RSP] = reinterpret_cast<greg_t>(stack_top);
-  }
-#elif defined(__aarch64__)
-  if (pc == nullptr && pc_slot) *pc_slot = nullptr;
-#endif
+  if (step.caller) put_back(uc, pc_slot, step);
   // blocked until this handler returns, then the default action (the fault would repeat anyway)
   raise(sig);
 }
