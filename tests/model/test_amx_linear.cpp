@@ -15,6 +15,13 @@ struct AmxSwitch {
   explicit AmxSwitch(bool on) { amx::set_enabled(on); }
   ~AmxSwitch() { amx::set_enabled(true); }
 };
+
+// Where the tile kernel cannot run (no AMX, or a kernel that does not grant it), says so.
+bool no_tiles_here() {
+  if (amx::available()) return false;
+  WARN("this CPU (or kernel) has no AMX tiles: the tile kernel is not exercised here");
+  return true;
+}
 }  // namespace
 
 TEST_CASE("amx: the tile layout takes weights of 64-output blocks and 32-input chunks only") {
@@ -26,10 +33,7 @@ TEST_CASE("amx: the tile layout takes weights of 64-output blocks and 32-input c
 }
 
 TEST_CASE("amx: tile products equal a float64 sum to bfloat16 rounding and oneDNN's packed kernel") {
-  if (!amx::available()) {
-    WARN("this CPU (or kernel) has no AMX tiles: the tile kernel is not exercised here");
-    return;
-  }
+  if (no_tiles_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
   for (const auto& [out, in] : {std::pair<int64_t, int64_t>{64, 32}, {128, 64}, {896, 640}, {640, 1792}, {3584, 640}}) {
@@ -70,10 +74,7 @@ TEST_CASE("amx: tile products equal a float64 sum to bfloat16 rounding and oneDN
 }
 
 TEST_CASE("amx: two threads split the output blocks and give one thread's bits") {
-  if (!amx::available()) {
-    WARN("this CPU (or kernel) has no AMX tiles: the tile kernel is not exercised here");
-    return;
-  }
+  if (no_tiles_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
   const auto weight = (0.1 * torch::randn({640, 1792})).to(torch::kBFloat16);
@@ -92,10 +93,7 @@ TEST_CASE("amx: two threads split the output blocks and give one thread's bits")
 }
 
 TEST_CASE("amx: DecodingLinear runs fused bfloat16 weights on the tiles where they fit, oneDNN elsewhere") {
-  if (!amx::available()) {
-    WARN("this CPU (or kernel) has no AMX tiles: the tile kernel is not exercised here");
-    return;
-  }
+  if (no_tiles_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
   // q/k/v-like parts (float32 parameters, as the model holds them) fused into one [192, 64] product
