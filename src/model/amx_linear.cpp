@@ -92,20 +92,20 @@ __attribute__((target("amx-tile,amx-bf16"))) void multiply_block(const uint16_t*
   _tile_stored(3, sums + 48, 256);
 }
 
-// out[r, 0..63] = bfloat16(sums[r] + bias), rounded to nearest even as oneDNN's conversion does
-__attribute__((target("avx512f,avx512bf16"))) void round_block(const float* sums, int rows,
-                                                                         const uint16_t* bias, uint16_t* out,
-                                                                         int64_t out_row) {
-  alignas(64) float widened[kOutputsPerBlock] = {};
-  for (int j = 0; bias && j < kOutputsPerBlock; ++j) {
-    const uint32_t bits = static_cast<uint32_t>(bias[j]) << 16;  // a bfloat16 is a float32's top half
+// bias[0..63] as float32 (zeros without a bias): a bfloat16 is a float32's top half
+void widen_bias(const uint16_t* bias, float* widened) {
+  for (int j = 0; j < kOutputsPerBlock; ++j) {
+    const uint32_t bits = bias ? static_cast<uint32_t>(bias[j]) << 16 : 0;
     std::memcpy(&widened[j], &bits, 4);
   }
-  __m512 b[4];
-  for (int j = 0; j < 4; ++j) b[j] = _mm512_load_ps(widened + 16 * j);
+}
+
+// out[r, 0..63] = bfloat16(sums[r] + bias), rounded to nearest even as oneDNN's conversion does
+__attribute__((target("avx512f,avx512bf16"))) void round_block(const float* sums, int rows, const float* bias,
+                                                               uint16_t* out, int64_t out_row) {
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < 4; ++j) {
-      const __m512 value = _mm512_add_ps(_mm512_loadu_ps(sums + r * 64 + 16 * j), b[j]);
+      const __m512 value = _mm512_add_ps(_mm512_loadu_ps(sums + r * 64 + 16 * j), _mm512_loadu_ps(bias + 16 * j));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * out_row + 16 * j),
                           (__m256i)_mm512_cvtneps_pbh(value));
     }
@@ -220,15 +220,17 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   // (read from memory for the first 16 and from L2 after)
   at::parallel_for(0, out / kOutputsPerBlock, 1, [&](int64_t first, int64_t last) {
     alignas(64) float sums[kMaxTileRows * kOutputsPerBlock];
+    alignas(64) float block_bias[kOutputsPerBlock];
     int configured = 0;
-    for (int64_t block = first; block < last; ++block)
+    for (int64_t block = first; block < last; ++block) {
+      widen_bias(bias_bits ? bias_bits + block * kOutputsPerBlock : nullptr, block_bias);
       for (int64_t row = 0; row < rows; row += kMaxTileRows) {
         const int tile_rows = static_cast<int>(std::min(kMaxTileRows, rows - row));
         if (tile_rows != configured) configure_tiles(configured = tile_rows);
         multiply_block(input + row * in, in * 2, weight + block * block_bytes, chunks, sums);
-        round_block(sums, tile_rows, bias_bits ? bias_bits + block * kOutputsPerBlock : nullptr,
-                    output + row * out + block * kOutputsPerBlock, out);
+        round_block(sums, tile_rows, block_bias, output + row * out + block * kOutputsPerBlock, out);
       }
+    }
     if (configured) release_tiles();
   });
 #endif

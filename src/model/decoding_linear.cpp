@@ -83,21 +83,22 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
 
 torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(in, 1);
-  if (amx_weight_.defined()) {
+  const bool on_packed = amx_weight_.defined() || (packed_weight_.defined() && rows >= packed_min_rows_);
+  if (on_packed) {
+    // both packed kernels take [rows, in] in the compute dtype and give [rows, outputs]
+    const auto flat = x.reshape({rows, in}).to(compute_dtype_).contiguous();
+    torch::Tensor y;
+    if (amx_weight_.defined()) {
+      y = amx::linear(flat, amx_weight_, outputs_, fused_bias_);
+    } else {
+      torch::jit::Stack stack{flat, packed_weight_, fused_bias_.defined() ? c10::IValue(fused_bias_) : c10::IValue(),
+                              c10::IValue(std::string("none")), c10::IValue(c10::List<std::optional<at::Scalar>>()),
+                              c10::IValue(std::string(""))};
+      linear_op()->callBoxed(&stack);
+      y = stack.at(0).toTensor();
+    }
     auto sizes = x.sizes().vec();
     sizes.back() = outputs_;
-    return amx::linear(x.reshape({rows, in}).to(compute_dtype_).contiguous(), amx_weight_, outputs_, fused_bias_)
-        .view(sizes);
-  }
-  if (packed_weight_.defined() && rows >= packed_min_rows_) {
-    torch::jit::Stack stack{x.reshape({rows, in}).to(compute_dtype_).contiguous(), packed_weight_,
-                            fused_bias_.defined() ? c10::IValue(fused_bias_) : c10::IValue(),
-                            c10::IValue(std::string("none")), c10::IValue(c10::List<std::optional<at::Scalar>>()),
-                            c10::IValue(std::string(""))};
-    linear_op()->callBoxed(&stack);
-    auto sizes = x.sizes().vec();
-    const auto y = stack.at(0).toTensor();
-    sizes.back() = y.size(-1);
     return y.view(sizes);
   }
   if (fused_weight_.defined()) return torch::linear(x.to(compute_dtype_), fused_weight_, fused_bias_);

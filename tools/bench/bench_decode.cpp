@@ -14,7 +14,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
