@@ -5,10 +5,10 @@
 #include <limits>
 #include <numeric>
 
-#include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/types.h>
 
 #include "rayless/base/error.h"
+#include "rayless/model/attention_kernel.h"
 
 namespace rayless {
 
@@ -111,7 +111,7 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
       vb = vb.index_select(0, row_index);
       if (mask.size(0) == B) mb = mb.index_select(0, row_index);
     }
-    const auto out = at::scaled_dot_product_attention(qb, kb, vb, mb, 0.0, false, scale, enable_gqa);
+    const auto out = scaled_attention(qb, kb, vb, mb, scale, enable_gqa);
     outputs.push_back(out.transpose(1, 2).reshape({bucket.count * bucket.length, H * D}));
   }
   return torch::cat(outputs, 0).index_select(0, place_index);

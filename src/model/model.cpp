@@ -10,6 +10,7 @@
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/model/attention_kernel.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/decoding_rotary.h"
@@ -351,7 +352,7 @@ torch::Tensor AttentionImpl::attend_padded(const torch::Tensor& q, const torch::
                                            const PackedGrid& grid) const {
   // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
   // repeated copy of the keys and values
-  const auto out = at::scaled_dot_product_attention(q, k, v, grid.mask, 0.0, false, scale(), num_kv_heads != num_heads)
+  const auto out = scaled_attention(q, k, v, grid.mask, scale(), num_kv_heads != num_heads)
                        .transpose(1, 2)
                        .reshape({grid.rows, grid.positions, num_heads * head_dim});
   if (!grid.token_index.defined()) return out;

@@ -104,49 +104,109 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
   }
 }
 
+namespace {
+// The golden batch (<name>-expected.json) laid out as the trainer's packed pass takes it: each row's
+// first 3 real tokens are its prompt and the rest its completion (1 to 9 tokens).
+struct GoldenCompletions {
+  std::vector<std::vector<int64_t>> prompts;
+  torch::Tensor ids, mask;  // [B, T], completions left-aligned
+  torch::Tensor ids_full, mask_full;  // the fixture's left-padded rows
+};
+GoldenCompletions golden_completions(const std::string& name) {
+  const auto expected_json = test::read_json(test::golden_dir() / (name + "-expected.json"));
+  GoldenCompletions g;
+  g.ids_full = test::ids_tensor(expected_json["input_ids"]);
+  g.mask_full = test::ids_tensor(expected_json["attention_mask"]);
+  const int64_t B = g.ids_full.size(0), T = g.ids_full.size(1), prompt_tokens = 3;
+  g.ids = torch::zeros({B, T}, torch::kLong);
+  g.mask = torch::zeros({B, T}, torch::kLong);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t first = T - g.mask_full[b].sum().item<int64_t>();  // rows are left-padded
+    std::vector<int64_t> prompt;
+    for (int64_t t = first; t < first + prompt_tokens; ++t) prompt.push_back(g.ids_full[b][t].item<int64_t>());
+    g.prompts.push_back(prompt);
+    for (int64_t t = first + prompt_tokens; t < T; ++t) {
+      g.ids[b][t - first - prompt_tokens] = g.ids_full[b][t].item<int64_t>();
+      g.mask[b][t - first - prompt_tokens] = 1;
+    }
+  }
+  return g;
+}
+}  // namespace
+
 // The packed training pass under bfloat16 autocast (prompts run once, completions attended in length
-// buckets, autocast_linear's projections, the fused LM head) against the same fixture: each row's first
-// 3 real tokens are its prompt and the rest its completion (1 to 9 tokens). The log-probs must be the
-// log-softmax of transformers' autocast logits to float32 rounding (measured 2e-7), not merely to
-// bfloat16's (8e-3 when short buckets were attended in float32, docs/benchmarks.md): train.bf16
-// computes what TRL's autocast computes.
+// buckets, autocast_linear's projections, the fused LM head) against the same fixture. The log-probs
+// must be the log-softmax of transformers' autocast logits to float32 rounding (measured 2e-7), not
+// merely to bfloat16's (8e-3 when short buckets were attended in float32, docs/benchmarks.md):
+// train.bf16 computes what TRL's autocast computes.
 TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transformers' log-probs") {
   const auto expected_all = load_safetensors(test::golden_dir() / "autocast-bf16-expected.safetensors");
   for (const std::string name : {"qwen2", "llama", "qwen3"}) {
     INFO(name);
     CausalLM model = load_hf_model(test::golden_dir() / name);
-    const auto expected_json = test::read_json(test::golden_dir() / (name + "-expected.json"));
-    const auto ids = test::ids_tensor(expected_json["input_ids"]);
-    const auto mask = test::ids_tensor(expected_json["attention_mask"]);
+    const GoldenCompletions g = golden_completions(name);
     const auto reference = torch::log_softmax(expected_all.at(name).to(torch::kFloat64), -1);
-    const int64_t B = ids.size(0), T = ids.size(1), prompt_tokens = 3;
-    std::vector<std::vector<int64_t>> prompts;
-    auto completion_ids = torch::zeros({B, T}, torch::kLong);
-    auto completion_mask = torch::zeros({B, T}, torch::kLong);
+    const int64_t B = g.ids.size(0), T = g.ids.size(1);
     auto expected = torch::zeros({B, T}, torch::kFloat64);
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t first = T - mask[b].sum().item<int64_t>();  // rows are left-padded
-      std::vector<int64_t> prompt;
-      for (int64_t t = first; t < first + prompt_tokens; ++t) prompt.push_back(ids[b][t].item<int64_t>());
-      prompts.push_back(prompt);
-      for (int64_t t = first + prompt_tokens; t < T; ++t) {
-        const int64_t j = t - first - prompt_tokens, token = ids[b][t].item<int64_t>();
-        completion_ids[b][j] = token;
-        completion_mask[b][j] = 1;
-        expected[b][j] = reference[b][t - 1][token];  // the logits at t - 1 score token t
+      const int64_t first = T - g.mask_full[b].sum().item<int64_t>();
+      for (int64_t j = 0; j < g.mask[b].sum().item<int64_t>(); ++j) {
+        const int64_t t = first + 3 + j;
+        expected[b][j] = reference[b][t - 1][g.ids_full[b][t].item<int64_t>()];  // the logits at t - 1 score token t
       }
     }
     CompletionLogprobOptions options;  // packed; positions from each row's first real token, as the fixture
     const auto error_of = [&](bool autocast_on) {
       const AutocastScope autocast(autocast_on, torch::kCPU);
-      const auto logps = completion_logprobs(model, prompts, completion_ids, completion_mask, options).logps;
+      const auto logps = completion_logprobs(model, g.prompts, g.ids, g.mask, options).logps;
       REQUIRE(logps.requires_grad());  // a training pass: autocast_linear's projections
-      return ((logps.detach().to(torch::kFloat64) - expected).abs() * completion_mask).max().item<double>();
+      return ((logps.detach().to(torch::kFloat64) - expected).abs() * g.mask).max().item<double>();
     };
     const double bfloat16_error = error_of(true), float32_error = error_of(false);
     CAPTURE(bfloat16_error, float32_error);
     CHECK(bfloat16_error <= 1e-5);
     CHECK(float32_error > 1e-3);  // the fixture tells bfloat16 from float32
+  }
+}
+
+// The backward of that pass, end to end: the gradients of the summed completion log-probs with respect
+// to every parameter, against transformers' in float64 (the exact ones) and under autocast (what TRL's
+// backward computes; tools/make_autocast_golden.py). rayless's backward differs from autograd's in
+// places (autocast_linear, silu_times, attention's backward in float32), so the bits differ; each
+// parameter's gradient must be as near the exact one as transformers' autocast gradient is, within
+// a margin for the different rounding (the largest ratio measured was 1.3), and far nearer than the
+// float32 gradients of a wrong pass would be.
+TEST_CASE("golden: gradients of the packed training pass under bfloat16 autocast are as near exact as transformers'") {
+  const auto golden = load_safetensors(test::golden_dir() / "autocast-bf16-grads.safetensors");
+  for (const std::string name : {"qwen2", "llama", "qwen3"}) {
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    const GoldenCompletions g = golden_completions(name);
+    {
+      const AutocastScope autocast(true, torch::kCPU);
+      const auto logps = completion_logprobs(model, g.prompts, g.ids, g.mask, CompletionLogprobOptions{}).logps;
+      (logps * g.mask).sum().backward();
+    }
+    int64_t compared = 0;
+    double worst_ratio = 0;
+    for (const auto& item : model->named_parameters()) {
+      const auto exact = golden.at(name + "/float64/" + item.key()).to(torch::kFloat64);
+      const auto theirs = golden.at(name + "/autocast/" + item.key()).to(torch::kFloat64);
+      REQUIRE(item.value().grad().defined());
+      const auto ours = item.value().grad().to(torch::kFloat64);
+      const double scale = exact.abs().max().item<double>();
+      const double our_error = (ours - exact).abs().max().item<double>() / scale;
+      const double their_error = (theirs - exact).abs().max().item<double>() / scale;
+      INFO(item.key() << ": relative error " << our_error << ", transformers' autocast " << their_error);
+      CHECK(our_error <= 1.6 * their_error + 1e-6);
+      CHECK(our_error <= 0.05);
+      worst_ratio = std::max(worst_ratio, our_error / their_error);
+      ++compared;
+    }
+    int64_t in_fixture = 0;
+    for (const auto& entry : golden) in_fixture += entry.first.rfind(name + "/float64/", 0) == 0;
+    CHECK(compared == in_fixture);  // every parameter the fixture has a gradient for
+    WARN(name << ": worst ratio of rayless's gradient error to transformers' " << worst_ratio);
   }
 }
 
