@@ -95,24 +95,34 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
     place[static_cast<size_t>(n)] = row_offset[static_cast<size_t>(slots[n] / T)] + slots[n] % T;
   const auto place_index = torch::tensor(place, long_cpu).to(q.device());
 
-  // the queries scattered once into the bucket layout and split there (split's backward is one cat,
-  // where narrowing per bucket would build a full-size gradient for each)
-  const auto queries = torch::zeros({offset, H, D}, q.options()).index_copy(0, place_index, q).split_with_sizes(bucket_slots);
-  std::vector<torch::Tensor> outputs;
+  std::vector<AttentionBucket> plan;
   for (size_t i = 0; i < buckets.size(); ++i) {
-    const LengthBucket& bucket = buckets[i];
-    const int64_t keys = past + bucket.length;  // a query at slot i sees no key beyond past + i
-    const auto qb = queries[i].view({bucket.count, bucket.length, H, D}).transpose(1, 2);
-    auto kb = k.narrow(2, 0, keys), vb = v.narrow(2, 0, keys);
-    auto mb = mask.narrow(2, 0, bucket.length).narrow(3, 0, keys);
-    if (bucket.count < B) {  // a bucket of all rows takes them in place
-      const auto row_index = torch::tensor(bucket_rows[i], long_cpu).to(q.device());
-      kb = kb.index_select(0, row_index);
-      vb = vb.index_select(0, row_index);
-      if (mask.size(0) == B) mb = mb.index_select(0, row_index);
+    AttentionBucket b{buckets[i].count, buckets[i].length, past + buckets[i].length};  // a query at slot i sees no key beyond past + i
+    b.allowed = mask.narrow(2, 0, b.length).narrow(3, 0, b.keys);
+    if (b.count < B) {  // a bucket of all rows takes them in place
+      b.rows = torch::tensor(bucket_rows[i], long_cpu).to(q.device());
+      if (mask.size(0) == B) b.allowed = b.allowed.index_select(0, b.rows);
     }
-    const auto out = scaled_attention(qb, kb, vb, mb, scale, enable_gqa);
-    outputs.push_back(out.transpose(1, 2).reshape({bucket.count * bucket.length, H * D}));
+    plan.push_back(b);
+  }
+  // the queries scattered once into the bucket layout
+  const auto scattered = torch::zeros({offset, H, D}, q.options()).index_copy(0, place_index, q);
+  if (attention_backward_in_float32(q, k, v))  // one node: the key and value gradients summed in float32
+    return scaled_attention_buckets(scattered, k, v, plan, scale).index_select(0, place_index);
+  // split there (split's backward is one cat, where narrowing per bucket would build a full-size
+  // gradient for each)
+  const auto queries = scattered.split_with_sizes(bucket_slots);
+  std::vector<torch::Tensor> outputs;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const AttentionBucket& b = plan[i];
+    const auto qb = queries[i].view({b.count, b.length, H, D}).transpose(1, 2);
+    auto kb = k.narrow(2, 0, b.keys), vb = v.narrow(2, 0, b.keys);
+    if (b.rows.defined()) {
+      kb = kb.index_select(0, b.rows);
+      vb = vb.index_select(0, b.rows);
+    }
+    const auto out = scaled_attention(qb, kb, vb, b.allowed, scale, enable_gqa);
+    outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, H * D}));
   }
   return torch::cat(outputs, 0).index_select(0, place_index);
 }

@@ -142,3 +142,59 @@ TEST_CASE("scaled_attention: float32, or without gradients, is LibTorch's call u
   CHECK(torch::equal(scaled_attention(low.q, low.k, low.v, low.allowed, 0.125, true),
                      at::scaled_dot_product_attention(low.q, low.k, low.v, low.allowed, 0.0, false, 0.125, true)));
 }
+
+// The packed pass's buckets (length_buckets.h) as one node, against scaled_attention called bucket by
+// bucket (what bucketed_attention did before) and against the same buckets in float64.
+TEST_CASE("scaled_attention_buckets: scaled_attention bucket by bucket, bit for bit, values and gradients") {
+  const int64_t B = 5, H = 4, KV = 2, D = 64, past = 6, T = 12;
+  torch::manual_seed(5);
+  const auto allowed = torch::ones({T, past + T}, torch::kBool).tril(past).expand({B, 1, T, past + T}).clone();
+  std::vector<AttentionBucket> plan;
+  for (const auto& [rows, length] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{1, 3}, 5}, {{0, 2, 4}, 12}}) {
+    AttentionBucket b{static_cast<int64_t>(rows.size()), length, past + length};
+    b.rows = torch::tensor(rows, torch::kLong);
+    b.allowed = allowed.narrow(2, 0, length).narrow(3, 0, b.keys).index_select(0, b.rows);
+    plan.push_back(b);
+  }
+  const int64_t N = 2 * 5 + 3 * 12;
+  const auto q0 = torch::randn({N, H, D}).to(torch::kBFloat16), k0 = torch::randn({B, KV, past + T, D}).to(torch::kBFloat16),
+             v0 = torch::randn({B, KV, past + T, D}).to(torch::kBFloat16);
+  const auto weights = torch::randn({N, H * D}, torch::kFloat64);
+  // out, dq, dk, dv of sum(out * weights), by `attend` on leaves of the operands in `dtype`
+  const auto gradients = [&](const auto& attend, torch::Dtype dtype) {
+    const auto leaf = [&](const torch::Tensor& t) { return t.to(dtype).clone().requires_grad_(); };
+    auto q = leaf(q0), k = leaf(k0), v = leaf(v0);
+    const auto out = attend(q, k, v);
+    (out.to(torch::kFloat64) * weights).sum().backward();
+    return std::vector<torch::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};
+  };
+  const auto one_by_one = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    std::vector<torch::Tensor> outputs;
+    int64_t offset = 0;
+    for (const AttentionBucket& b : plan) {
+      const auto qb = q.narrow(0, offset, b.count * b.length).view({b.count, b.length, H, D}).transpose(1, 2);
+      const auto kb = k.narrow(2, 0, b.keys).index_select(0, b.rows), vb = v.narrow(2, 0, b.keys).index_select(0, b.rows);
+      outputs.push_back(scaled_attention(qb, kb, vb, b.allowed, 0.125, true).transpose(1, 2).reshape({b.count * b.length, H * D}));
+      offset += b.count * b.length;
+    }
+    return torch::cat(outputs, 0);
+  };
+  const auto ours = gradients(
+      [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        REQUIRE(attention_backward_in_float32(q, k, v));
+        return scaled_attention_buckets(q, k, v, plan, 0.125);
+      },
+      torch::kBFloat16);
+  const auto separate = gradients(one_by_one, torch::kBFloat16);
+  const auto exact = gradients(one_by_one, torch::kFloat64);
+
+  // a row belongs to one bucket, so each gradient comes from one flash backward in float32: the node
+  // gives the bucket-by-bucket values bit for bit, without a full-size zero gradient per bucket
+  for (int i = 0; i < 4; ++i) {
+    INFO("tensor " << i << " of out, dq, dk, dv: relative error against float64 " << relative_error(ours[i], exact[i]));
+    CHECK(torch::equal(ours[i], separate[i]));
+    CHECK(relative_error(ours[i], exact[i]) <= 3.5e-3);
+  }
+  // the keys no bucket reaches (past the longest query of rows 1 and 3) get no gradient
+  CHECK(ours[2].index_select(0, torch::tensor({1, 3}, torch::kLong)).narrow(2, past + 5, T - 5).abs().max().item<double>() == 0);
+}

@@ -3,6 +3,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include <vector>
+
 namespace rayless {
 
 // at::scaled_dot_product_attention(q, k, v, allowed, 0, false, scale, enable_gqa) with a boolean mask
@@ -14,7 +16,24 @@ namespace rayless {
 torch::Tensor scaled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double scale, bool enable_gqa);
 
-// Whether scaled_attention takes its float32-backward path for these operands now (the tests use it).
+// Whether scaled_attention takes its float32-backward path for these operands now.
 bool attention_backward_in_float32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// One bucket of a packed pass's attention (length_buckets.h): `count` rows of `length` queries, next in
+// the flat query layout, attending to the first `keys` keys of the rows `rows` of k and v (undefined:
+// all rows, in order), `allowed` the boolean mask [count or 1, 1, length, keys].
+struct AttentionBucket {
+  int64_t count = 0, length = 0, keys = 0;
+  torch::Tensor rows, allowed;
+};
+
+// scaled_attention on each bucket in turn, as one autograd node: queries [sum of count * length, H, D],
+// k and v [B, H_kv, S, D] (each row in one bucket at most); returns [sum of count * length, H * D], the
+// buckets' outputs one after the other. Values and gradients are those of scaled_attention bucket by
+// bucket, bit for bit; the backward writes each bucket's key and value gradients into one float32
+// buffer, where autograd would build a full-size zero gradient for every bucket's narrowing and
+// gathering of k and v and add them all up. Call where attention_backward_in_float32(queries, k, v) holds.
+torch::Tensor scaled_attention_buckets(const torch::Tensor& queries, const torch::Tensor& k, const torch::Tensor& v,
+                                       const std::vector<AttentionBucket>& buckets, double scale);
 
 }  // namespace rayless
