@@ -16,6 +16,7 @@
 #include "rayless/model/decoding_rotary.h"
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
+#include "rayless/model/rms_norm.h"
 
 namespace rayless {
 
@@ -260,12 +261,7 @@ void KVCache::select_rows(const torch::Tensor& index) {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const auto input_dtype = x.scalar_type();
-  auto h = x.to(torch::kFloat32);
-  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * h.to(input_dtype);
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
 
 namespace {
 torch::Tensor rotate_half(const torch::Tensor& x) {
