@@ -17,6 +17,7 @@
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
 #include "rayless/model/rms_norm.h"
+#include "rayless/model/rotary_embedding.h"
 
 namespace rayless {
 
@@ -264,12 +265,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = regist
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
 
 namespace {
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return x * cos + rotate_half(x) * sin;
+  return apply_rotary(x, cos, sin);
 }
 torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
   return rotate(x, rope.cos.unsqueeze(1), rope.sin.unsqueeze(1));

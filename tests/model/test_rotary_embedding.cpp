@@ -1,0 +1,85 @@
+// apply_rotary (rotary_embedding.h): transformers' rotary embedding forward bit for bit; in a packed
+// bfloat16 pass its one-pass backward against autograd's and against float64.
+#include <catch2/catch.hpp>
+
+#include "rayless/model/rotary_embedding.h"
+
+using namespace rayless;
+
+namespace {
+
+torch::Tensor reference_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  return x * cos + torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
+}
+
+struct Result {
+  torch::Tensor out, dx;
+};
+
+// the output and x's gradient of sum(out * weights), x a leaf in `dtype`
+template <typename Rotary>
+Result run(Rotary rotary, const torch::Tensor& x0, const torch::Tensor& weights, torch::Dtype dtype) {
+  auto x = x0.to(dtype).clone().requires_grad_();
+  const auto out = rotary(x);
+  (out.to(torch::kFloat64) * weights).sum().backward();
+  return {out.detach(), x.grad()};
+}
+
+double relative_error(const torch::Tensor& a, const torch::Tensor& exact) {
+  return (a.to(torch::kFloat64) - exact).norm().item<double>() / exact.norm().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("apply_rotary on packed bfloat16 tokens: the forward's bits, one rounding in the backward") {
+  for (const int64_t D : {64, 128, 24}) {  // 24: no 16-wide halves, the scalar loop
+    INFO("head size " << D);
+    torch::manual_seed(9);
+    const int64_t N = 37, H = 5;
+    const auto angles = torch::rand({N, 1, D / 2}) * 10;
+    const auto cos = torch::cat({angles.cos(), angles.cos()}, -1), sin = torch::cat({angles.sin(), angles.sin()}, -1);
+    const auto x0 = torch::randn({N, H, D}).to(torch::kBFloat16);
+    const auto weights = torch::randn({N, H, D}, torch::kFloat64);
+    const Result ours = run(
+        [&](const torch::Tensor& x) {
+          REQUIRE(rotary_backward_in_one_pass(x, cos, sin));
+          return apply_rotary(x, cos, sin);
+        },
+        x0, weights, torch::kBFloat16);
+    const Result theirs = run([&](const torch::Tensor& x) { return reference_rotary(x, cos, sin); }, x0, weights, torch::kBFloat16);
+    const Result exact = run(
+        [&](const torch::Tensor& x) { return reference_rotary(x, cos.to(torch::kFloat64), sin.to(torch::kFloat64)); }, x0,
+        weights, torch::kFloat64);
+    CHECK(ours.out.scalar_type() == torch::kFloat32);
+    CHECK(torch::equal(ours.out, theirs.out));
+    CHECK(ours.dx.scalar_type() == torch::kBFloat16);
+    const double our_error = relative_error(ours.dx, exact.dx), their_error = relative_error(theirs.dx, exact.dx);
+    INFO("dx: relative error " << our_error << ", autograd's " << their_error);
+    CHECK(our_error <= 2.5e-3);  // one bfloat16 rounding
+    CHECK(our_error < their_error);
+    // each element is the float32 value rounded once: within half a bfloat16 step of the float64 one
+    const auto step = exact.dx.abs().clamp_min(1e-30).log2().floor().exp2() * std::pow(2.0, -7);
+    CHECK(((ours.dx.to(torch::kFloat64) - exact.dx).abs() <= 0.5 * step + 1e-6 * exact.dx.abs().max()).all().item<bool>());
+  }
+}
+
+TEST_CASE("apply_rotary elsewhere is autograd's, bit for bit") {
+  torch::manual_seed(10);
+  const auto angles = torch::rand({6, 1, 8}) * 10;
+  const auto cos = torch::cat({angles.cos(), angles.cos()}, -1), sin = torch::cat({angles.sin(), angles.sin()}, -1);
+  const auto weights = torch::randn({6, 3, 16}, torch::kFloat64);
+  const auto x0 = torch::randn({6, 3, 16});
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {  // not bfloat16: autograd's backward
+    const auto c = cos.to(dtype), s = sin.to(dtype);
+    const Result ours = run(
+        [&](const torch::Tensor& x) {
+          CHECK_FALSE(rotary_backward_in_one_pass(x, c, s));
+          return apply_rotary(x, c, s);
+        },
+        x0, weights, dtype);
+    const Result theirs = run([&](const torch::Tensor& x) { return reference_rotary(x, c, s); }, x0, weights, dtype);
+    CHECK(torch::equal(ours.out, theirs.out));
+    CHECK(torch::equal(ours.dx, theirs.dx));
+  }
+}
