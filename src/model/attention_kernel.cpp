@@ -122,9 +122,24 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
 }  // namespace
 
 torch::Tensor scaled_attention_buckets(const torch::Tensor& queries, const torch::Tensor& k, const torch::Tensor& v,
-                                       const std::vector<AttentionBucket>& buckets, double scale) {
-  const auto dtype = autocast_compute_dtype(queries.device().type(), queries.scalar_type());
-  return BucketedFlashAttention::apply(queries.to(dtype), k.to(dtype), v.to(dtype), buckets, scale);
+                                       const std::vector<AttentionBucket>& buckets, double scale, bool enable_gqa) {
+  if (attention_backward_in_float32(queries, k, v)) {
+    const auto dtype = autocast_compute_dtype(queries.device().type(), queries.scalar_type());
+    return BucketedFlashAttention::apply(queries.to(dtype), k.to(dtype), v.to(dtype), buckets, scale);
+  }
+  // bucket by bucket through autograd: the queries split (split's backward is one cat, where narrowing
+  // per bucket would build a full-size gradient for each)
+  std::vector<int64_t> sizes;
+  for (const AttentionBucket& b : buckets) sizes.push_back(b.count * b.length);
+  const auto split = queries.split_with_sizes(sizes);
+  std::vector<torch::Tensor> outputs;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const AttentionBucket& b = buckets[i];
+    const auto [kb, vb] = bucket_keys(k, v, b);
+    const auto out = scaled_attention(bucket_view(split[i], 0, b), kb, vb, b.allowed, scale, enable_gqa);
+    outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, queries.size(1) * queries.size(2)}));
+  }
+  return torch::cat(outputs, 0);
 }
 
 bool attention_backward_in_float32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

@@ -78,7 +78,7 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
   // The bucket layout: bucket after bucket, each [rows, length] row-major, a bucket's rows in their
   // first order (any order is right; a bucket of all rows then needs no gather). A token's place there
   // is its row's offset plus its slot.
-  std::vector<int64_t> row_offset(static_cast<size_t>(B), -1), bucket_slots;
+  std::vector<int64_t> row_offset(static_cast<size_t>(B), -1);
   std::vector<std::vector<int64_t>> bucket_rows;
   int64_t offset = 0;
   for (const LengthBucket& bucket : buckets) {
@@ -86,8 +86,7 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
     std::sort(rows.begin(), rows.end());
     for (int64_t r = 0; r < bucket.count; ++r) row_offset[static_cast<size_t>(rows[static_cast<size_t>(r)])] = offset + r * bucket.length;
     bucket_rows.push_back(std::move(rows));
-    bucket_slots.push_back(bucket.count * bucket.length);
-    offset += bucket_slots.back();
+    offset += bucket.count * bucket.length;
   }
   if (buckets.empty()) return torch::zeros({0, H * D}, q.options());
   std::vector<int64_t> place(static_cast<size_t>(tokens));
@@ -97,7 +96,10 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
 
   std::vector<AttentionBucket> plan;
   for (size_t i = 0; i < buckets.size(); ++i) {
-    AttentionBucket b{buckets[i].count, buckets[i].length, past + buckets[i].length};  // a query at slot i sees no key beyond past + i
+    AttentionBucket b;
+    b.count = buckets[i].count;
+    b.length = buckets[i].length;
+    b.keys = past + b.length;  // a query at slot i sees no key beyond past + i
     b.allowed = mask.narrow(2, 0, b.length).narrow(3, 0, b.keys);
     if (b.count < B) {  // a bucket of all rows takes them in place
       b.rows = torch::tensor(bucket_rows[i], long_cpu).to(q.device());
@@ -107,24 +109,7 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
   }
   // the queries scattered once into the bucket layout
   const auto scattered = torch::zeros({offset, H, D}, q.options()).index_copy(0, place_index, q);
-  if (attention_backward_in_float32(q, k, v))  // one node: the key and value gradients summed in float32
-    return scaled_attention_buckets(scattered, k, v, plan, scale).index_select(0, place_index);
-  // split there (split's backward is one cat, where narrowing per bucket would build a full-size
-  // gradient for each)
-  const auto queries = scattered.split_with_sizes(bucket_slots);
-  std::vector<torch::Tensor> outputs;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const AttentionBucket& b = plan[i];
-    const auto qb = queries[i].view({b.count, b.length, H, D}).transpose(1, 2);
-    auto kb = k.narrow(2, 0, b.keys), vb = v.narrow(2, 0, b.keys);
-    if (b.rows.defined()) {
-      kb = kb.index_select(0, b.rows);
-      vb = vb.index_select(0, b.rows);
-    }
-    const auto out = scaled_attention(qb, kb, vb, b.allowed, scale, enable_gqa);
-    outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, H * D}));
-  }
-  return torch::cat(outputs, 0).index_select(0, place_index);
+  return scaled_attention_buckets(scattered, k, v, plan, scale, enable_gqa).index_select(0, place_index);
 }
 
 }  // namespace rayless

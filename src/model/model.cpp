@@ -265,11 +265,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = regist
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
 
 namespace {
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  return apply_rotary(x, cos, sin);
-}
 torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
-  return rotate(x, rope.cos.unsqueeze(1), rope.sin.unsqueeze(1));
+  return apply_rotary(x, rope.cos.unsqueeze(1), rope.sin.unsqueeze(1));
 }
 // A packed pass's attention runs in length buckets (length_buckets.h): on the CPU, for more than one
 // position per row (a decode step has nothing to bucket).
@@ -371,8 +368,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     // the rotary embedding on the packed tokens; the keys and values in the padded layout (for the
     // cache and the attention)
     const RotaryTables packed_rope = packed_rotary_tables(rope, token_index);
-    q = rotate(q, packed_rope.packed_cos, packed_rope.packed_sin);
-    k = to_padded(rotate(k, packed_rope.packed_cos, packed_rope.packed_sin), b, t, token_index);
+    q = apply_rotary(q, packed_rope.packed_cos, packed_rope.packed_sin);
+    k = to_padded(apply_rotary(k, packed_rope.packed_cos, packed_rope.packed_sin), b, t, token_index);
     v = to_padded(v, b, t, token_index);
     if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
     return output(attend_packed(q, k, v, PackedGrid{token_index, mask, b, t}));
@@ -393,8 +390,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
 torch::Tensor AttentionImpl::forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout) {
   torch::Tensor q, k, v;
   std::tie(q, k, v) = project(x);
-  q = rotate(q, layout.cos, layout.sin);
-  k = rotate(k, layout.cos, layout.sin);
+  q = apply_rotary(q, layout.cos, layout.sin);
+  k = apply_rotary(k, layout.cos, layout.sin);
   const PackedGrid& prompts = layout.prompts;
   const PackedGrid& completions = layout.completions;
   const int64_t np = prompts.token_index.size(0), nc = x.size(0) - np;

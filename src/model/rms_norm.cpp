@@ -1,9 +1,13 @@
 #include "rayless/model/rms_norm.h"
 
 #include <ATen/autocast_mode.h>
-#include <cpuid.h>
-#include <immintrin.h>
 #include <torch/autograd.h>
+
+#include "rayless/base/cpu_features.h"
+
+#ifdef RAYLESS_X86_KERNELS
+#include <immintrin.h>
+#endif
 
 #include <vector>
 
@@ -33,6 +37,7 @@ void backward_rows_scalar(const float* g, const float* x, const float* w, const 
   }
 }
 
+#ifdef RAYLESS_X86_KERNELS
 __attribute__((target("avx512f"))) void backward_rows_avx512(const float* g, const float* x, const float* w,
                                                               const float* r, int64_t rows, int64_t D, float* dx,
                                                               float* gw_sum) {
@@ -44,19 +49,19 @@ __attribute__((target("avx512f"))) void backward_rows_avx512(const float* g, con
       dot = _mm512_fmadd_ps(_mm512_mul_ps(gi, _mm512_loadu_ps(w + i)), xi, dot);
       _mm512_storeu_ps(gw_sum + i, _mm512_fmadd_ps(gi, _mm512_mul_ps(xi, rn), _mm512_loadu_ps(gw_sum + i)));
     }
+    alignas(64) float lanes[16];  // the lanes summed in order (GCC 12 warns on _mm512_reduce_add_ps)
+    _mm512_store_ps(lanes, dot);
+    float sum = 0.0f;
+    for (const float lane : lanes) sum += lane;
     const float rs = r[n];
-    const __m512 c = _mm512_set1_ps(rs * rs * rs * _mm512_reduce_add_ps(dot) / static_cast<float>(D));
+    const __m512 c = _mm512_set1_ps(rs * rs * rs * sum / static_cast<float>(D));
     for (int64_t i = 0; i < D; i += 16) {
       const __m512 gw = _mm512_mul_ps(_mm512_loadu_ps(g + i), _mm512_loadu_ps(w + i));
       _mm512_storeu_ps(dx + i, _mm512_fnmadd_ps(c, _mm512_loadu_ps(x + i), _mm512_mul_ps(rn, gw)));
     }
   }
 }
-
-bool has_avx512f() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & bit_AVX512F);
-}
+#endif
 
 struct RmsNormOnePassBackward : public torch::autograd::Function<RmsNormOnePassBackward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
@@ -76,8 +81,11 @@ struct RmsNormOnePassBackward : public torch::autograd::Function<RmsNormOnePassB
     const auto g = grad_outputs[0].to(at::kFloat).contiguous().view({-1, D});
     auto dx = torch::empty_like(x);
     std::vector<float> gw_sum(static_cast<size_t>(D), 0.0f);
-    static const bool avx512 = has_avx512f();
-    (avx512 && D % 16 == 0 ? backward_rows_avx512 : backward_rows_scalar)(
+    auto* rows_backward = &backward_rows_scalar;
+#ifdef RAYLESS_X86_KERNELS
+    if (cpu_has_avx512f() && D % 16 == 0) rows_backward = &backward_rows_avx512;
+#endif
+    rows_backward(
         g.data_ptr<float>(), x.data_ptr<float>(), weight.data_ptr<float>(), r.data_ptr<float>(), x.size(0), D,
         dx.data_ptr<float>(), gw_sum.data());
     auto dw = torch::from_blob(gw_sum.data(), {D}, torch::kFloat).clone();

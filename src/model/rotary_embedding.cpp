@@ -1,9 +1,13 @@
 #include "rayless/model/rotary_embedding.h"
 
 #include <c10/util/BFloat16.h>
-#include <cpuid.h>
-#include <immintrin.h>
 #include <torch/autograd.h>
+
+#include "rayless/base/cpu_features.h"
+
+#ifdef RAYLESS_X86_KERNELS
+#include <immintrin.h>
+#endif
 
 namespace rayless {
 
@@ -33,6 +37,7 @@ void backward_scalar(const float* g, const float* cos, const float* sin, int64_t
   }
 }
 
+#ifdef RAYLESS_X86_KERNELS
 // float32 -> bfloat16, round to nearest even, NaN to 0x7FC0: c10::BFloat16's rounding, 16 at a time
 __attribute__((target("avx512f"))) void store_bfloat16(c10::BFloat16* out, __m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
@@ -56,11 +61,7 @@ __attribute__((target("avx512f"))) void backward_avx512(const float* g, const fl
     }
   }
 }
-
-bool has_avx512f() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & bit_AVX512F);
-}
+#endif
 
 struct RotaryOnePassBackward : public torch::autograd::Function<RotaryOnePassBackward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
@@ -76,10 +77,12 @@ struct RotaryOnePassBackward : public torch::autograd::Function<RotaryOnePassBac
     const auto g = grad_outputs[0].to(at::kFloat).contiguous();
     const int64_t N = g.size(0), H = g.size(1), D = g.size(2);
     auto dx = torch::empty({N, H, D}, g.options().dtype(at::kBFloat16));
-    static const bool avx512 = has_avx512f();
-    (avx512 && D % 32 == 0 ? backward_avx512 : backward_scalar)(g.data_ptr<float>(), cos.data_ptr<float>(),
-                                                                sin.data_ptr<float>(), N * H, H, D,
-                                                                dx.data_ptr<c10::BFloat16>());
+    auto* vectors_backward = &backward_scalar;
+#ifdef RAYLESS_X86_KERNELS
+    if (cpu_has_avx512f() && D % 32 == 0) vectors_backward = &backward_avx512;
+#endif
+    vectors_backward(g.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), N * H, H, D,
+                     dx.data_ptr<c10::BFloat16>());
     return {dx, torch::Tensor(), torch::Tensor()};
   }
 };

@@ -151,7 +151,10 @@ TEST_CASE("scaled_attention_buckets: scaled_attention bucket by bucket, bit for 
   const auto allowed = torch::ones({T, past + T}, torch::kBool).tril(past).expand({B, 1, T, past + T}).clone();
   std::vector<AttentionBucket> plan;
   for (const auto& [rows, length] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{1, 3}, 5}, {{0, 2, 4}, 12}}) {
-    AttentionBucket b{static_cast<int64_t>(rows.size()), length, past + length};
+    AttentionBucket b;
+    b.count = static_cast<int64_t>(rows.size());
+    b.length = length;
+    b.keys = past + length;
     b.rows = torch::tensor(rows, torch::kLong);
     b.allowed = allowed.narrow(2, 0, length).narrow(3, 0, b.keys).index_select(0, b.rows);
     plan.push_back(b);
@@ -182,7 +185,7 @@ TEST_CASE("scaled_attention_buckets: scaled_attention bucket by bucket, bit for 
   const auto ours = gradients(
       [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
         REQUIRE(attention_backward_in_float32(q, k, v));
-        return scaled_attention_buckets(q, k, v, plan, 0.125);
+        return scaled_attention_buckets(q, k, v, plan, 0.125, true);
       },
       torch::kBFloat16);
   const auto separate = gradients(one_by_one, torch::kBFloat16);

@@ -27,13 +27,14 @@ struct AttentionBucket {
   torch::Tensor rows, allowed;
 };
 
-// scaled_attention on each bucket in turn, as one autograd node: queries [sum of count * length, H, D],
-// k and v [B, H_kv, S, D] (each row in one bucket at most); returns [sum of count * length, H * D], the
-// buckets' outputs one after the other. Values and gradients are those of scaled_attention bucket by
-// bucket, bit for bit; the backward writes each bucket's key and value gradients into one float32
-// buffer, where autograd would build a full-size zero gradient for every bucket's narrowing and
-// gathering of k and v and add them all up. Call where attention_backward_in_float32(queries, k, v) holds.
+// scaled_attention on each bucket in turn: queries [sum of count * length, H, D], k and v [B, H_kv, S, D]
+// (each row in one bucket at most); returns [sum of count * length, H * D], the buckets' outputs one
+// after the other. Where attention_backward_in_float32(queries, k, v) holds, the buckets are one
+// autograd node, with scaled_attention's values and gradients bucket by bucket, bit for bit: its
+// backward writes each bucket's key and value gradients into one float32 buffer, where autograd would
+// build a full-size zero gradient for every bucket's narrowing and gathering of k and v and add them
+// all up. Elsewhere scaled_attention bucket by bucket through autograd.
 torch::Tensor scaled_attention_buckets(const torch::Tensor& queries, const torch::Tensor& k, const torch::Tensor& v,
-                                       const std::vector<AttentionBucket>& buckets, double scale);
+                                       const std::vector<AttentionBucket>& buckets, double scale, bool enable_gqa);
 
 }  // namespace rayless
