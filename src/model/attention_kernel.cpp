@@ -66,7 +66,7 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
                                const torch::Tensor& v, const std::vector<AttentionBucket>& buckets, double scale) {
     const int64_t H = queries.size(1), D = queries.size(2);
     std::vector<torch::Tensor> outputs, saved{queries, k, v};
-    std::vector<int64_t> shape;  // count, length, keys, has rows: four per bucket
+    std::vector<int64_t> shape;  // count, length, keys: three per bucket
     int64_t offset = 0;
     for (const AttentionBucket& b : buckets) {
       const auto [kb, vb] = bucket_keys(k, v, b);
