@@ -1,0 +1,78 @@
+// Experiment (docs/benchmarks.md, "Training's backward ..." / scaling): how fast each of the two cores
+// reads a buffer it reads over and over when both read at once, from their own copies or from one
+// shared copy (as two ranks' decoding weights would be with a node-shared copy). Each reader is a
+// process pinned to its core; the buffer is read 3000 MB's worth per pass, best of three passes.
+// Not part of the build; needs AVX-512 and Linux.
+//
+//   g++ -O3 -march=native tools/bench/experiments/two_readers.cpp -o /tmp/two_readers
+//   for mb in 54 107 200; do /tmp/two_readers $mb; done
+#include <immintrin.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+double read_gbs(const __m512i* buffer, size_t lines, int repeats) {
+  __m512i first = _mm512_setzero_si512(), second = first;
+  double best = 1e9;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < repeats; ++r)
+      for (size_t i = 0; i < lines; i += 2) {
+        first = _mm512_add_epi32(first, buffer[i]);
+        second = _mm512_add_epi32(second, buffer[i + 1]);
+      }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats);
+  }
+  if (_mm512_reduce_add_epi32(_mm512_add_epi32(first, second)) == 1) std::puts("");  // keeps the reads
+  return static_cast<double>(lines) * 64 / best / 1e9;
+}
+
+__m512i* filled(size_t bytes, bool shared_between_processes) {
+  void* memory = shared_between_processes
+                     ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)
+                     : std::aligned_alloc(64, bytes);
+  auto* lines = static_cast<__m512i*>(memory);
+  for (size_t i = 0; i < bytes / 64; ++i) lines[i] = _mm512_set1_epi32(static_cast<int>(i));
+  return lines;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double megabytes = argc > 1 ? std::atof(argv[1]) : 107;
+  const size_t bytes = static_cast<size_t>(megabytes * 1e6) / 128 * 128;
+  const int repeats = std::max(1, static_cast<int>(3000 / megabytes));
+  const char* modes[] = {"one reader", "two readers, own copies", "two readers, one shared copy"};
+  for (int mode = 0; mode < 3; ++mode) {
+    auto* ready = static_cast<std::atomic<int>*>(
+        mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ready->store(0);
+    const __m512i* shared = mode == 2 ? filled(bytes, true) : nullptr;
+    const int readers = mode == 0 ? 1 : 2;
+    for (int reader = 0; reader < readers; ++reader)
+      if (fork() == 0) {
+        cpu_set_t cores;
+        CPU_ZERO(&cores);
+        CPU_SET(reader, &cores);
+        sched_setaffinity(0, sizeof cores, &cores);
+        const __m512i* buffer = shared ? shared : filled(bytes, false);
+        ready->fetch_add(1);
+        while (ready->load() < readers) {
+        }  // start together
+        std::printf("%5.0f MB  %-30s reader %d: %5.1f GB/s\n", megabytes, modes[mode], reader,
+                    read_gbs(buffer, bytes / 64, repeats));
+        std::fflush(stdout);
+        _exit(0);
+      }
+    for (int reader = 0; reader < readers; ++reader) wait(nullptr);
+  }
+}
