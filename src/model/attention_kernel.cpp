@@ -23,13 +23,27 @@ torch::Tensor additive(const torch::Tensor& allowed, at::ScalarType dtype) {
       .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
 }
 
-// The CPU flash kernel's forward as at::scaled_dot_product_attention calls it; the backward on float32
-// copies of what it saved, the gradients rounded to the operands' dtype once.
+// The CPU flash kernel's forward as at::scaled_dot_product_attention calls it on a boolean mask.
+std::tuple<torch::Tensor, torch::Tensor> flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                       const torch::Tensor& allowed, double scale) {
+  return at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, false, additive(allowed, q.scalar_type()), scale);
+}
+
+// Its backward on float32 copies of the forward's operands and results: float32 dq, dk, dv.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> float32_flash_backward(
+    const torch::Tensor& grad, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& logsumexp, const torch::Tensor& allowed, double scale) {
+  const auto wide = [](const torch::Tensor& t) { return t.to(at::kFloat); };
+  return at::_scaled_dot_product_flash_attention_for_cpu_backward(wide(grad), wide(q), wide(k), wide(v), wide(out),
+                                                                  logsumexp, 0.0, false, additive(allowed, at::kFloat), scale);
+}
+
+// One call's forward and float32 backward, the gradients rounded to the operands' dtype once.
 struct FlashAttentionFloat32Backward : public torch::autograd::Function<FlashAttentionFloat32Backward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const torch::Tensor& mask, double scale) {
-    auto [out, logsumexp] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, false, mask, scale);
-    ctx->save_for_backward({q, k, v, out, logsumexp, mask});
+                               const torch::Tensor& v, const torch::Tensor& allowed, double scale) {
+    auto [out, logsumexp] = flash_forward(q, k, v, allowed, scale);
+    ctx->save_for_backward({q, k, v, out, logsumexp, allowed});
     ctx->saved_data["scale"] = scale;
     return out;
   }
@@ -37,10 +51,8 @@ struct FlashAttentionFloat32Backward : public torch::autograd::Function<FlashAtt
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const auto wide = [](const torch::Tensor& t) { return t.to(at::kFloat); };
-    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        wide(grad_outputs[0]), wide(saved[0]), wide(saved[1]), wide(saved[2]), wide(saved[3]), saved[4], 0.0, false,
-        wide(saved[5]), ctx->saved_data["scale"].toDouble());
+    auto [dq, dk, dv] = float32_flash_backward(grad_outputs[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
+                                               ctx->saved_data["scale"].toDouble());
     return {dq.to(saved[0].scalar_type()), dk.to(saved[1].scalar_type()), dv.to(saved[2].scalar_type()),
             torch::Tensor(), torch::Tensor()};
   }
@@ -70,8 +82,7 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
     int64_t offset = 0;
     for (const AttentionBucket& b : buckets) {
       const auto [kb, vb] = bucket_keys(k, v, b);
-      auto [out, logsumexp] = at::_scaled_dot_product_flash_attention_for_cpu(
-          bucket_view(queries, offset, b), kb, vb, 0.0, false, additive(b.allowed, queries.scalar_type()), scale);
+      auto [out, logsumexp] = flash_forward(bucket_view(queries, offset, b), kb, vb, b.allowed, scale);
       outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, H * D}));
       saved.insert(saved.end(), {out, logsumexp, b.allowed, b.rows.defined() ? b.rows : torch::Tensor()});
       shape.insert(shape.end(), {b.count, b.length, b.keys});
@@ -89,7 +100,6 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
     const torch::Tensor &queries = saved[0], &k = saved[1], &v = saved[2];
     const auto shape = ctx->saved_data["shape"].toIntVector();
     const double scale = ctx->saved_data["scale"].toDouble();
-    const auto wide = [](const torch::Tensor& t) { return t.to(at::kFloat); };
     const int64_t H = queries.size(1), D = queries.size(2);
     const auto grad = grad_outputs[0].view({-1, H, D});
     auto dq = torch::empty(queries.sizes(), queries.options().dtype(at::kFloat));
@@ -100,9 +110,8 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
       AttentionBucket b{shape[3 * i], shape[3 * i + 1], shape[3 * i + 2], saved[3 + 4 * i + 3], saved[3 + 4 * i + 2]};
       const torch::Tensor &out = saved[3 + 4 * i], &logsumexp = saved[3 + 4 * i + 1];
       const auto [kb, vb] = bucket_keys(k, v, b);
-      auto [dqb, dkb, dvb] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          wide(bucket_view(grad, offset, b)), wide(bucket_view(queries, offset, b)), wide(kb), wide(vb), wide(out),
-          logsumexp, 0.0, false, additive(b.allowed, at::kFloat), scale);
+      auto [dqb, dkb, dvb] = float32_flash_backward(bucket_view(grad, offset, b), bucket_view(queries, offset, b), kb, vb,
+                                                    out, logsumexp, b.allowed, scale);
       bucket_view(dq, offset, b).copy_(dqb);
       auto dk_keys = dk.narrow(2, 0, b.keys), dv_keys = dv.narrow(2, 0, b.keys);
       if (b.rows.defined()) {
@@ -154,8 +163,7 @@ torch::Tensor scaled_attention(const torch::Tensor& q, const torch::Tensor& k, c
     return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, scale, enable_gqa);
   // autocast's casts of the operands, as it would make them for at::scaled_dot_product_attention
   const auto dtype = autocast_compute_dtype(q.device().type(), q.scalar_type());
-  const auto mask = additive(allowed, dtype);
-  return FlashAttentionFloat32Backward::apply(q.to(dtype), k.to(dtype), v.to(dtype), mask, scale);
+  return FlashAttentionFloat32Backward::apply(q.to(dtype), k.to(dtype), v.to(dtype), allowed, scale);
 }
 
 }  // namespace rayless

@@ -14,6 +14,12 @@ inline std::filesystem::path golden_dir() { return std::filesystem::path(RAYLESS
 
 inline nlohmann::json read_json(const std::filesystem::path& file) { return nlohmann::json::parse(read_text_file(file)); }
 
+// ||a - exact|| / ||exact||, in float64: a norm, not the largest difference, which one rounding of the
+// largest element decides
+inline double relative_l2_error(const torch::Tensor& a, const torch::Tensor& exact) {
+  return (a.to(torch::kFloat64) - exact).norm().item<double>() / exact.norm().item<double>();
+}
+
 inline torch::Tensor ids_tensor(const nlohmann::json& rows) {
   std::vector<torch::Tensor> out;
   for (const auto& r : rows) out.push_back(torch::tensor(r.get<std::vector<int64_t>>(), torch::kLong));

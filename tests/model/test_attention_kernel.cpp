@@ -3,6 +3,8 @@
 // against autograd's own (reduced-precision) backward.
 #include <catch2/catch.hpp>
 
+#include "helpers.h"
+
 #include <ATen/ops/scaled_dot_product_attention.h>
 
 #include "rayless/model/attention_kernel.h"
@@ -57,12 +59,6 @@ Grads exact(const Operands& o, const torch::Tensor& weights, double scale) {
       o, weights);
 }
 
-// ||a - exact|| / ||exact||: a norm, not the largest difference, which one rounding of the largest
-// element decides
-double relative_error(const torch::Tensor& a, const torch::Tensor& exact) {
-  return (a.to(torch::kFloat64) - exact).norm().item<double>() / exact.norm().item<double>();
-}
-
 }  // namespace
 
 TEST_CASE("scaled_attention: bfloat16 with gradients gives the forward's bits and float32 backward's gradients") {
@@ -93,7 +89,7 @@ TEST_CASE("scaled_attention: bfloat16 with gradients gives the forward's bits an
     for (const auto& [name, mine, theirs, truth] :
          std::vector<std::tuple<std::string, torch::Tensor, torch::Tensor, torch::Tensor>>{
              {"q", ours.q, autograds.q, reference.q}, {"k", ours.k, autograds.k, reference.k}, {"v", ours.v, autograds.v, reference.v}}) {
-      const double our_error = relative_error(mine, truth), their_error = relative_error(theirs, truth);
+      const double our_error = test::relative_l2_error(mine, truth), their_error = test::relative_l2_error(theirs, truth);
       INFO("d" << name << ": relative error " << our_error << ", autograd's bfloat16 backward " << their_error);
       CHECK(mine.scalar_type() == torch::kBFloat16);
       CHECK(our_error <= 3.5e-3);
@@ -194,9 +190,9 @@ TEST_CASE("scaled_attention_buckets: scaled_attention bucket by bucket, bit for 
   // a row belongs to one bucket, so each gradient comes from one flash backward in float32: the node
   // gives the bucket-by-bucket values bit for bit, without a full-size zero gradient per bucket
   for (int i = 0; i < 4; ++i) {
-    INFO("tensor " << i << " of out, dq, dk, dv: relative error against float64 " << relative_error(ours[i], exact[i]));
+    INFO("tensor " << i << " of out, dq, dk, dv: relative error against float64 " << test::relative_l2_error(ours[i], exact[i]));
     CHECK(torch::equal(ours[i], separate[i]));
-    CHECK(relative_error(ours[i], exact[i]) <= 3.5e-3);
+    CHECK(test::relative_l2_error(ours[i], exact[i]) <= 3.5e-3);
   }
   // the keys no bucket reaches (past the longest query of rows 1 and 3) get no gradient
   CHECK(ours[2].index_select(0, torch::tensor({1, 3}, torch::kLong)).narrow(2, past + 5, T - 5).abs().max().item<double>() == 0);

@@ -2,6 +2,8 @@
 // against autograd's backward of the same calls in float32 and in float64.
 #include <catch2/catch.hpp>
 
+#include "helpers.h"
+
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/rms_norm.h"
 
@@ -28,10 +30,6 @@ Result run(Norm norm, const torch::Tensor& x0, const torch::Tensor& w0, const to
   return {out.detach(), x.grad(), w.grad()};
 }
 
-double relative_error(const torch::Tensor& a, const torch::Tensor& exact) {
-  return (a.to(torch::kFloat64) - exact).norm().item<double>() / exact.norm().item<double>();
-}
-
 }  // namespace
 
 TEST_CASE("rms_norm under autocast: the forward's bits, and a one-pass backward as accurate as autograd's") {
@@ -56,7 +54,7 @@ TEST_CASE("rms_norm under autocast: the forward's bits, and a one-pass backward 
     CHECK(torch::equal(ours.out, theirs.out));
     for (const auto& [name, mine, autograd, truth] : std::vector<std::tuple<std::string, torch::Tensor, torch::Tensor, torch::Tensor>>{
              {"dx", ours.dx, theirs.dx, exact.dx}, {"dw", ours.dw, theirs.dw, exact.dw}}) {
-      const double our_error = relative_error(mine, truth), their_error = relative_error(autograd, truth);
+      const double our_error = test::relative_l2_error(mine, truth), their_error = test::relative_l2_error(autograd, truth);
       INFO(name << ": relative error " << our_error << ", autograd's float32 backward " << their_error);
       CHECK(mine.scalar_type() == torch::kFloat32);
       CHECK(our_error <= std::max(4 * their_error, 2e-7));  // float32 rounding, sums in another order

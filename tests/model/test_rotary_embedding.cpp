@@ -2,6 +2,8 @@
 // bfloat16 pass its one-pass backward against autograd's and against float64.
 #include <catch2/catch.hpp>
 
+#include "helpers.h"
+
 #include "rayless/model/rotary_embedding.h"
 
 using namespace rayless;
@@ -24,10 +26,6 @@ Result run(Rotary rotary, const torch::Tensor& x0, const torch::Tensor& weights,
   const auto out = rotary(x);
   (out.to(torch::kFloat64) * weights).sum().backward();
   return {out.detach(), x.grad()};
-}
-
-double relative_error(const torch::Tensor& a, const torch::Tensor& exact) {
-  return (a.to(torch::kFloat64) - exact).norm().item<double>() / exact.norm().item<double>();
 }
 
 }  // namespace
@@ -54,7 +52,7 @@ TEST_CASE("apply_rotary on packed bfloat16 tokens: the forward's bits, one round
     CHECK(ours.out.scalar_type() == torch::kFloat32);
     CHECK(torch::equal(ours.out, theirs.out));
     CHECK(ours.dx.scalar_type() == torch::kBFloat16);
-    const double our_error = relative_error(ours.dx, exact.dx), their_error = relative_error(theirs.dx, exact.dx);
+    const double our_error = test::relative_l2_error(ours.dx, exact.dx), their_error = test::relative_l2_error(theirs.dx, exact.dx);
     INFO("dx: relative error " << our_error << ", autograd's " << their_error);
     CHECK(our_error <= 2.5e-3);  // one bfloat16 rounding
     CHECK(our_error < their_error);
