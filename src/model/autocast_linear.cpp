@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "rayless/model/autocast_scope.h"
+#include "rayless/model/transpose.h"
 
 namespace rayless {
 
@@ -68,11 +69,19 @@ struct AutocastLinear : public torch::autograd::Function<AutocastLinear> {
 }  // namespace
 
 LinearGrads linear_grads(const torch::Tensor& grad_output, const torch::Tensor& input, const torch::Tensor& weight) {
+  const torch::Tensor grad_2d = grad_output.reshape({-1, grad_output.size(-1)});
+  // mm(input_2d, weight.t()): mat1's grad is grad.mm(mat2.t())
+  return {grad_2d.mm(weight).reshape(input.sizes()), linear_weight_grad(grad_output, input)};
+}
+
+torch::Tensor linear_weight_grad(const torch::Tensor& grad_output, const torch::Tensor& input) {
   const torch::Tensor input_2d = input.reshape({-1, input.size(-1)});  // a view: input is contiguous
   const torch::Tensor grad_2d = grad_output.reshape({-1, grad_output.size(-1)});
-  // mm(input_2d, weight.t()): mat1's grad is grad.mm(mat2.t()); mat2 is column-major, so its grad is
-  // grad.t().mm(mat1).t(), transposed back by t()'s grad
-  return {grad_2d.mm(weight).reshape(input.sizes()), grad_2d.t().mm(input_2d)};
+  // mat2 (the weight, transposed) is column-major, so its grad is grad.t().mm(mat1).t(), transposed
+  // back by t()'s grad. In 2-byte dtypes the gradient is transposed into memory first (transpose.h),
+  // as oneDNN multiplies a row-major operand faster (1.3-1.9x at the training pass's shapes).
+  const bool two_bytes = grad_2d.element_size() == 2 && grad_2d.device().is_cpu();
+  return (two_bytes ? transposed(grad_2d) : grad_2d.t()).mm(input_2d);
 }
 
 void clear_autocast_linear_casts() { last_input_cast = LastInputCast{}; }

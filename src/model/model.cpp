@@ -18,6 +18,7 @@
 #include "rayless/model/lora.h"
 #include "rayless/model/rms_norm.h"
 #include "rayless/model/rotary_embedding.h"
+#include "rayless/model/silu_times_backward.h"
 
 namespace rayless {
 
@@ -401,15 +402,19 @@ torch::Tensor AttentionImpl::forward_sharing_prompts(const torch::Tensor& x, con
     const auto padded = to_padded(projected, grid.rows, grid.positions, grid.token_index);
     return padded.to(autocast_compute_dtype(padded.device().type(), padded.scalar_type()));
   };
-  const auto prompt_k = as_cached(k.narrow(0, 0, np), prompts), prompt_v = as_cached(v.narrow(0, 0, np), prompts);
+  // the prompts' tokens, then the completions': one split each, whose backward joins the two parts'
+  // gradients (two narrows would each spread theirs over a full-size zero tensor, then add the two)
+  const auto q_parts = q.split_with_sizes({np, nc}), k_parts = k.split_with_sizes({np, nc}),
+             v_parts = v.split_with_sizes({np, nc});
+  const auto prompt_k = as_cached(k_parts[0], prompts), prompt_v = as_cached(v_parts[0], prompts);
   // each completion row: its prompt's keys and values, then its own
   const auto with_prompt = [&](const torch::Tensor& of_prompts, const torch::Tensor& own) {
     return torch::cat({of_prompts.index_select(0, layout.row_prompts), as_cached(own, completions)}, 2);
   };
-  const auto completion_k = with_prompt(prompt_k, k.narrow(0, np, nc));
-  const auto completion_v = with_prompt(prompt_v, v.narrow(0, np, nc));
-  return output(torch::cat({attend_packed(q.narrow(0, 0, np), prompt_k, prompt_v, prompts),
-                            attend_packed(q.narrow(0, np, nc), completion_k, completion_v, completions)},
+  const auto completion_k = with_prompt(prompt_k, k_parts[1]);
+  const auto completion_v = with_prompt(prompt_v, v_parts[1]);
+  return output(torch::cat({attend_packed(q_parts[0], prompt_k, prompt_v, prompts),
+                            attend_packed(q_parts[1], completion_k, completion_v, completions)},
                            0));
 }
 
@@ -450,7 +455,8 @@ namespace {
 // an intermediate-sized tensor per token and layer, is recomputed in backward instead of kept as the
 // projection's saved input. Under autocast gate and up are already in the compute dtype and the weight
 // is cast to it, as autocast_linear does. The backward is autograd's arithmetic for the linear
-// (linear_grads), the weight's cast and SiluTimes.
+// (linear_grads), the weight's cast and SiluTimes, the last in one pass in bfloat16
+// (silu_times_backward.h: every element autograd's or a neighbouring bfloat16 value).
 struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
                                const torch::Tensor& up, const torch::Tensor& weight) {
@@ -463,10 +469,13 @@ struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
     const auto& gate = saved[0];
     const auto& up = saved[1];
     const auto& weight = saved[2];
-    const LinearGrads grads = linear_grads(grad_outputs[0], torch::silu(gate) * up, weight.to(gate.scalar_type()));
-    const torch::Tensor& grad_product = grads.input;
-    return {at::silu_backward(grad_product * up, gate), grad_product * torch::silu(gate),
-            grads.weight.to(weight.scalar_type())};
+    // the product's gradient first (the down projection's input gradient, as linear_grads computes
+    // it), then gate's and up's with the product recomputed in one pass, then the weight's
+    const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
+    const torch::Tensor grad_product = grad_2d.mm(weight.to(gate.scalar_type())).reshape(gate.sizes());
+    const SiluTimesGrads elementwise = silu_times_backward(gate, up, grad_product);
+    return {elementwise.grad_gate, elementwise.grad_up,
+            linear_weight_grad(grad_outputs[0], elementwise.product).to(weight.scalar_type())};
   }
 };
 }  // namespace

@@ -6,6 +6,17 @@
 #define RAYLESS_X86_KERNELS 1  // kernels with x86 target attributes are compiled in
 #endif
 
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_* values and then warn that
+// they may be used uninitialized (GCC bug 105593); kernels that meet it sit between these two.
+#if defined(__GNUC__) && !defined(__clang__)
+#define RAYLESS_AVX512_INTRINSICS_BEGIN \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define RAYLESS_AVX512_INTRINSICS_END _Pragma("GCC diagnostic pop")
+#else
+#define RAYLESS_AVX512_INTRINSICS_BEGIN
+#define RAYLESS_AVX512_INTRINSICS_END
+#endif
+
 namespace rayless {
 
 // AVX-512 Foundation; false off x86-64.

@@ -12,7 +12,8 @@ namespace rayless {
 bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight);
 
 // torch::linear(x, weight, bias) as autocast computes it (operands cast to the autocast dtype), with
-// the same output and the same gradients bit for bit for a weight used once. Two savings:
+// the same output and the same input and bias gradients bit for bit; the weight's gradient is
+// linear_grads' (below). Two savings:
 // - autograd's linear keeps the cast weight until its backward runs, so a whole model's low-precision
 //   copy (autocast's cache) is held from the forward to the end of backward; this keeps the float32
 //   weight it already has and casts it again in its backward. A weight used twice before backward
@@ -23,14 +24,20 @@ bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight
 // Call only where autocast_linear_applies.
 torch::Tensor autocast_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-// autograd's gradients of torch::linear(input, weight) without a bias, for a contiguous input of 2 or
-// 3 dimensions (addmm or mm on it flattened to 2, row-major): the input's (its shape) and the
-// weight's, both in the operands' dtype, bit for bit autograd's. For backward passes that keep less
-// than autograd's linear would and recompute the rest.
+// The gradients of torch::linear(input, weight) without a bias, for a contiguous input of 2 or 3
+// dimensions (addmm or mm on it flattened to 2, row-major), both in the operands' dtype: the input's
+// (its shape), bit for bit autograd's; the weight's, autograd's grad.t().mm(input) in float32 and
+// float64, and in 2-byte dtypes on the CPU transposed(grad).mm(input) (transpose.h): the same product
+// with a row-major operand, which oneDNN computes 1.3-1.9x faster at a training pass's shapes. Its
+// float32 sums then run in another order, as near the exact product as autograd's (checked in
+// tests/model/test_model.cpp), not bit for bit. For backward passes that keep less than autograd's
+// linear would and recompute the rest.
 struct LinearGrads {
   torch::Tensor input, weight;
 };
 LinearGrads linear_grads(const torch::Tensor& grad_output, const torch::Tensor& input, const torch::Tensor& weight);
+// The weight's gradient alone, as linear_grads computes it.
+torch::Tensor linear_weight_grad(const torch::Tensor& grad_output, const torch::Tensor& input);
 
 // Forgets the remembered input cast (AutocastScope's end does, with autocast's own cache).
 void clear_autocast_linear_casts();
