@@ -9,12 +9,17 @@
 #include <cmath>
 
 #include "rayless/base/config.h"
+#include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
 #include "rayless/trainer/adamw_update.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/lr_schedule.h"
 #include "rayless/trainer/torch_file.h"
 #include "rayless/trainer/zero_optimizer.h"
+
+#ifdef RAYLESS_X86_KERNELS
+#include <immintrin.h>
+#endif
 
 namespace rayless {
 
@@ -26,6 +31,40 @@ double Optimizer::scheduled_learning_rate(int64_t step) {
   return learning_rate_;
 }
 
+namespace {
+#ifdef RAYLESS_X86_KERNELS
+RAYLESS_AVX512_INTRINSICS_BEGIN
+// sum_of_squares' loop over whole groups of 8 float32 values, the 8 float64 partial sums as the 8
+// lanes of one vector: each lane adds the same squares in the same order, each product and sum
+// rounded (no fused multiply-add), so the sums are the scalar loop's bit for bit. Returns where the
+// scalar loop goes on.
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) int64_t squares_float_avx512(const float* x, int64_t n,
+                                                                                             double partial[8]) {
+  __m512d sums = _mm512_loadu_pd(partial);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+    sums = _mm512_add_pd(sums, _mm512_mul_pd(v, v));
+  }
+  _mm512_storeu_pd(partial, sums);
+  return i;
+}
+RAYLESS_AVX512_INTRINSICS_END
+#endif
+
+// The whole groups of 8 the vector loop sums; returns where the scalar loop goes on.
+template <typename scalar_t>
+int64_t squares_vector_part(const scalar_t*, int64_t, double*) {
+  return 0;  // float32 only
+}
+int64_t squares_vector_part(const float* x, int64_t n, double partial[8]) {
+#ifdef RAYLESS_X86_KERNELS
+  if (cpu_has_avx512f()) return squares_float_avx512(x, n, partial);
+#endif
+  return 0;
+}
+}  // namespace
+
 double sum_of_squares(const torch::Tensor& t) {
   torch::NoGradGuard no_grad;
   double sum = 0;
@@ -36,6 +75,7 @@ double sum_of_squares(const torch::Tensor& t) {
       const int64_t n = flat.numel();
       double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t i = 0;
+      i = squares_vector_part(x, n, partial);
       for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) {
           const double v = static_cast<double>(x[i + j]);
@@ -53,11 +93,18 @@ double sum_of_squares(const torch::Tensor& t) {
   return sum;
 }
 
+double clip_coefficient(const torch::TensorOptions& gradients, double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor total = torch::full({}, norm, gradients);
+  return torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0).item<double>();
+}
+
 void clip_by_norm(const std::vector<torch::Tensor>& gradients, double norm, double max_norm) {
   if (max_norm <= 0 || gradients.empty()) return;
   torch::NoGradGuard no_grad;
-  const torch::Tensor total = torch::full({}, norm, gradients[0].options());
-  const torch::Tensor coefficient = torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  const torch::Tensor coefficient =
+      torch::full({}, clip_coefficient(gradients[0].options(), norm, max_norm), gradients[0].options());
   for (const auto& g : gradients) g.detach().mul_(coefficient);
 }
 
@@ -100,10 +147,12 @@ class ReplicatedOptimizer final : public Optimizer {
         squares += sum_of_squares(p.grad());
       }
     const double grad_norm = std::sqrt(squares);
-    clip_by_norm(gradients, grad_norm, config_.max_grad_norm);
+    // the clip is applied inside AdamW's pass (bit for bit clip_by_norm's product): one pass fewer
+    const double grad_scale =
+        gradients.empty() ? 1.0 : clip_coefficient(gradients[0].options(), grad_norm, config_.max_grad_norm);
     const double lr = scheduled_learning_rate(step);
     for (auto& group : adamw_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    single_pass_step();
+    single_pass_step(grad_scale);
     adamw_->zero_grad(true);
     return grad_norm;
   }
@@ -134,7 +183,7 @@ class ReplicatedOptimizer final : public Optimizer {
   // torch::optim::AdamW's step, in one pass per tensor (adamw_update.h), its state kept where
   // torch's AdamW keeps it, so checkpoints keep torch's format: parameters without a gradient are
   // skipped and get no state, as there.
-  void single_pass_step() {
+  void single_pass_step(double grad_scale) {
     torch::NoGradGuard no_grad;
     for (auto& group : adamw_->param_groups()) {
       const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
@@ -145,6 +194,7 @@ class ReplicatedOptimizer final : public Optimizer {
       hyper.beta2 = std::get<1>(options.betas());
       hyper.eps = options.eps();
       hyper.weight_decay = options.weight_decay();
+      hyper.grad_scale = grad_scale;
       for (auto& p : group.params()) {
         if (!p.grad().defined()) continue;
         auto& slot = adamw_->state()[p.unsafeGetTensorImpl()];

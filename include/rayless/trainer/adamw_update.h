@@ -11,6 +11,9 @@ namespace rayless {
 struct AdamWHyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t step = 1;  // this step's number, counted from 1 (the bias corrections use it)
+  // the gradient clip's coefficient (clip_coefficient, optimizer.h), applied in the same pass: the
+  // gradient times it, rounded to the gradient's dtype, is what the formulas below call g
+  double grad_scale = 1.0;
 };
 
 // In place, element by element, the formulas of torch.optim.AdamW's single-tensor path (what TRL runs

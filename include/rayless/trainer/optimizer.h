@@ -90,8 +90,11 @@ void set_parameter_gradients(const std::vector<torch::Tensor>& parameters, const
 // gradients' dtype as torch does, comes out the same at every stage: ZeRO then updates float32
 // weights bit for bit as stage 0 does. sum_of_squares reads `t` once (no float64 copy of it).
 double sum_of_squares(const torch::Tensor& t);
-// Multiplies every gradient by min(1, max_norm / (norm + 1e-6)) in their dtype (torch's formula);
-// nothing when max_norm <= 0 (transformers then only measures the norm).
+// min(1, max_norm / (norm + 1e-6)) computed in the gradients' dtype (torch's formula), or 1 when
+// max_norm <= 0 (transformers then only measures the norm).
+double clip_coefficient(const torch::TensorOptions& gradients, double norm, double max_norm);
+// Multiplies every gradient by clip_coefficient in their dtype; nothing when max_norm <= 0. (Stage 0
+// applies the coefficient inside AdamW's pass instead, AdamWHyper::grad_scale: the same products.)
 void clip_by_norm(const std::vector<torch::Tensor>& gradients, double norm, double max_norm);
 
 // The trainable `parameters` (every one, or LoRA's adapters), in a fixed order: stage 0 uses
