@@ -9,7 +9,7 @@
 #include "rayless/base/cpu_features.h"
 
 #ifdef RAYLESS_X86_KERNELS
-#include <immintrin.h>
+#include "bfloat16_avx512.h"
 #endif
 
 namespace rayless {
@@ -49,28 +49,6 @@ void rows_scalar(const uint16_t* gate, const uint16_t* up, const uint16_t* grad,
 
 #ifdef RAYLESS_X86_KERNELS
 RAYLESS_AVX512_INTRINSICS_BEGIN
-__attribute__((target("avx512f"))) inline __m512 load_bf16(const uint16_t* p) {
-  return _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-
-// round to nearest even in the upper 16 bits (as narrow), still as float32 bits
-__attribute__((target("avx512f"))) inline __m512i rounded_bits(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_mov_epi32(_mm512_srli_epi32(sum, 16), nan, _mm512_set1_epi32(0xFFFF));
-}
-
-__attribute__((target("avx512f"))) inline void store_bf16(uint16_t* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded_bits(v)));
-}
-
-__attribute__((target("avx512f"))) inline __m512 round_bf16(__m512 v) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(rounded_bits(v), 16));
-}
-
 // e^x: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two for an exact n ln2), e^r by its Taylor
 // series to r^7 (remainder below 6e-9 relative, under float32's 6e-8 step), times 2^n by scalef, which
 // gives inf and 0 beyond float32's range
@@ -95,15 +73,15 @@ __attribute__((target("avx512f"))) void rows_avx512(const uint16_t* gate, const 
                                                      int64_t count) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i + 16 <= count; i += 16) {
-    const __m512 x = load_bf16(gate + i), u = load_bf16(up + i), d = load_bf16(grad + i);
+    const __m512 x = avx512::load_bfloat16(gate + i), u = avx512::load_bfloat16(up + i), d = avx512::load_bfloat16(grad + i);
     const __m512 denominator = _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x)));
     const __m512 sigmoid = _mm512_div_ps(one, denominator);
-    const __m512 silu = round_bf16(_mm512_div_ps(x, denominator));
-    store_bf16(product + i, _mm512_mul_ps(silu, u));
-    store_bf16(grad_up + i, _mm512_mul_ps(d, silu));
-    const __m512 dy = round_bf16(_mm512_mul_ps(d, u));
+    const __m512 silu = avx512::round_to_bfloat16(_mm512_div_ps(x, denominator));
+    avx512::store_bfloat16(product + i, _mm512_mul_ps(silu, u));
+    avx512::store_bfloat16(grad_up + i, _mm512_mul_ps(d, silu));
+    const __m512 dy = avx512::round_to_bfloat16(_mm512_mul_ps(d, u));
     const __m512 slope = _mm512_add_ps(one, _mm512_mul_ps(x, _mm512_sub_ps(one, sigmoid)));
-    store_bf16(grad_gate + i, _mm512_mul_ps(_mm512_mul_ps(dy, sigmoid), slope));
+    avx512::store_bfloat16(grad_gate + i, _mm512_mul_ps(_mm512_mul_ps(dy, sigmoid), slope));
   }
 }
 RAYLESS_AVX512_INTRINSICS_END

@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 
+#include "rayless/model/autocast_scope.h"
 #include "rayless/model/rotary_embedding.h"
 
 using namespace rayless;
@@ -59,6 +60,37 @@ TEST_CASE("apply_rotary on packed bfloat16 tokens: the forward's bits, one round
     // each element is the float32 value rounded once: within half a bfloat16 step of the float64 one
     const auto step = exact.dx.abs().clamp_min(1e-30).log2().floor().exp2() * std::pow(2.0, -7);
     CHECK(((ours.dx.to(torch::kFloat64) - exact.dx).abs() <= 0.5 * step + 1e-6 * exact.dx.abs().max()).all().item<bool>());
+  }
+}
+
+// Under bfloat16 autocast (train.bf16) the forward is one pass that returns bfloat16: ATen's float32
+// x * cos + rotate_half(x) * sin cast to bfloat16, bit for bit, as the attention's autocast casts it.
+TEST_CASE("apply_rotary under bfloat16 autocast: one pass giving ATen's float32 result cast to bfloat16") {
+  for (const int64_t D : {64, 128, 24}) {  // 24: the scalar loop
+    INFO("head size " << D);
+    torch::manual_seed(19);
+    const int64_t N = 41, H = 3;
+    const auto angles = torch::rand({N, 1, D / 2}) * 10;
+    const auto cos = torch::cat({angles.cos(), angles.cos()}, -1), sin = torch::cat({angles.sin(), angles.sin()}, -1);
+    // large and small magnitudes: products and sums that round
+    const auto x = (torch::randn({N, H, D}) * torch::exp2(torch::randint(-20, 20, {N, H, D}))).to(torch::kBFloat16).requires_grad_();
+    torch::Tensor out;
+    {
+      AutocastScope autocast(true, torch::kCPU);
+      REQUIRE(rotary_backward_in_one_pass(x, cos, sin));
+      out = apply_rotary(x, cos, sin);
+    }
+    const auto expected = reference_rotary(x.detach(), cos, sin).to(torch::kBFloat16);
+    CHECK(out.scalar_type() == torch::kBFloat16);
+    CHECK(torch::equal(out, expected));
+    // the backward takes the bfloat16 gradient: the same one-pass formula
+    const auto g = torch::randn({N, H, D}).to(torch::kBFloat16);
+    const auto dx = torch::autograd::grad({out}, {x}, {g})[0];
+    const auto x64 = x.detach().to(torch::kFloat64).requires_grad_();
+    const auto exact = torch::autograd::grad({reference_rotary(x64, cos.to(torch::kFloat64), sin.to(torch::kFloat64))},
+                                             {x64}, {g.to(torch::kFloat64)})[0];
+    CHECK(dx.scalar_type() == torch::kBFloat16);
+    CHECK(test::relative_l2_error(dx, exact) <= 2.5e-3);  // one bfloat16 rounding
   }
 }
 
