@@ -7,18 +7,10 @@ LibTorch's own transpose copy, which rayless replaces (include/rayless/model/tra
     .venv/bin/python tools/bench/experiments/weight_gradient_products.py [TOKENS]
 """
 import sys
-import time
 
 import torch
 
-
-def best_ms(fn, repeats=7):
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+from attention_backward import best_ms  # this directory's timing helper
 
 
 def main():
