@@ -38,8 +38,9 @@ void rows_scalar(const uint16_t* gate, const uint16_t* up, const uint16_t* grad,
                  uint16_t* grad_gate, uint16_t* grad_up, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
     const float x = widen(gate[i]), u = widen(up[i]), d = widen(grad[i]);
-    const float sigmoid = 1.0f / (1.0f + std::exp(-x));
-    const float silu = round_bf16(x / (1.0f + std::exp(-x)));  // torch::silu(gate)
+    const float denominator = 1.0f + std::exp(-x);
+    const float sigmoid = 1.0f / denominator;
+    const float silu = round_bf16(x / denominator);  // torch::silu(gate)
     product[i] = narrow(silu * u);
     grad_up[i] = narrow(d * silu);
     const float dy = round_bf16(d * u);  // grad * up

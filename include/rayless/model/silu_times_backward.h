@@ -14,8 +14,9 @@ struct SiluTimesGrads {
 
 // For contiguous bfloat16 CPU tensors gate, up and grad (the product's gradient) of one shape: each
 // result rounded to bfloat16 where autograd's ops round (silu(gate), the products, silu_backward), each
-// in float32 as LibTorch computes it, with exp to within 2 float32 ulps of LibTorch's. So every element
-// is autograd's or a neighbouring bfloat16 value. Other dtypes or devices: autograd's ops.
+// in float32 as LibTorch computes it, with an exp of our own (its series' remainder under one float32
+// step), so an element may land on the neighbouring bfloat16 value of autograd's (checked in
+// tests/model/test_silu_times_backward.cpp). Other dtypes or devices: autograd's ops.
 SiluTimesGrads silu_times_backward(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& grad);
 
 }  // namespace rayless
