@@ -4,15 +4,9 @@
 #include <c10/util/BFloat16.h>
 #include <torch/autograd.h>
 
-#include <cmath>
 
+#include "bfloat16_rounding.h"
 #include "rayless/base/cpu_features.h"
-
-#ifdef RAYLESS_X86_KERNELS
-#include <immintrin.h>
-
-#include "bfloat16_avx512.h"
-#endif
 
 namespace rayless {
 
@@ -44,15 +38,6 @@ void backward_scalar(const float* g, const float* cos, const float* sin, int64_t
 
 #ifdef RAYLESS_X86_KERNELS
 RAYLESS_AVX512_INTRINSICS_BEGIN
-// float32 -> bfloat16, round to nearest even, NaN to 0x7FC0: c10::BFloat16's rounding, 16 at a time
-__attribute__((target("avx512f"))) void store_bfloat16(c10::BFloat16* out, __m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
-  rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(rounded));
-}
-
 __attribute__((target("avx512f"))) void backward_avx512(const float* g, const float* cos, const float* sin,
                                                          int64_t rows, int64_t heads, int64_t D, c10::BFloat16* dx) {
   const int64_t half = D / 2;
@@ -60,10 +45,12 @@ __attribute__((target("avx512f"))) void backward_avx512(const float* g, const fl
     const float *c = cos + (r / heads) * D, *s = sin + (r / heads) * D;
     for (int64_t j = 0; j < half; j += 16) {
       const __m512 low = _mm512_loadu_ps(g + j), high = _mm512_loadu_ps(g + j + half);
-      store_bfloat16(dx + j, _mm512_add_ps(_mm512_mul_ps(low, _mm512_loadu_ps(c + j)),
-                                           _mm512_mul_ps(high, _mm512_loadu_ps(s + j + half))));
-      store_bfloat16(dx + j + half, _mm512_sub_ps(_mm512_mul_ps(high, _mm512_loadu_ps(c + j + half)),
-                                                  _mm512_mul_ps(low, _mm512_loadu_ps(s + j))));
+      avx512::store_bfloat16(dx + j, _mm512_add_ps(_mm512_mul_ps(low, _mm512_loadu_ps(c + j)),
+                                                   _mm512_mul_ps(high, _mm512_loadu_ps(s + j + half))),
+                             0x7FC0);
+      avx512::store_bfloat16(dx + j + half, _mm512_sub_ps(_mm512_mul_ps(high, _mm512_loadu_ps(c + j + half)),
+                                                  _mm512_mul_ps(low, _mm512_loadu_ps(s + j))),
+                             0x7FC0);  // c10::BFloat16's NaN, as backward_scalar
     }
   }
 }
@@ -78,9 +65,7 @@ __attribute__((optimize("fp-contract=off"))) void forward_scalar(const c10::BFlo
                                                                  const float* sin, int64_t rows, int64_t heads,
                                                                  int64_t D, c10::BFloat16* out) {
   const int64_t half = D / 2;
-  const auto to_bfloat16 = [](float f) {
-    return std::isnan(f) ? c10::BFloat16(0xFFFF, c10::BFloat16::from_bits()) : c10::BFloat16(f);
-  };
+  const auto to_bfloat16 = [](float f) { return c10::BFloat16(bfloat16_like_copy(f), c10::BFloat16::from_bits()); };
   for (int64_t r = 0; r < rows; ++r, x += D, out += D) {
     const float *c = cos + (r / heads) * D, *s = sin + (r / heads) * D;
     for (int64_t j = 0; j < half; ++j) {

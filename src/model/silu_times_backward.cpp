@@ -4,47 +4,29 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "rayless/base/cpu_features.h"
 
-#ifdef RAYLESS_X86_KERNELS
-#include "bfloat16_avx512.h"
-#endif
+#include "bfloat16_rounding.h"
 
 namespace rayless {
 
 namespace {
 
-float widen(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// rounded to nearest even, NaN to 0xFFFF, as LibTorch's CPU conversion
-uint16_t narrow(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFF;
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float round_bf16(float f) { return widen(narrow(f)); }
+float round_bf16(float f) { return widen_bfloat16(bfloat16_like_copy(f)); }
 
 // elements [begin, end): the formulas of autograd's ops, each rounding where they round
 void rows_scalar(const uint16_t* gate, const uint16_t* up, const uint16_t* grad, uint16_t* product,
                  uint16_t* grad_gate, uint16_t* grad_up, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
-    const float x = widen(gate[i]), u = widen(up[i]), d = widen(grad[i]);
+    const float x = widen_bfloat16(gate[i]), u = widen_bfloat16(up[i]), d = widen_bfloat16(grad[i]);
     const float denominator = 1.0f + std::exp(-x);
     const float sigmoid = 1.0f / denominator;
     const float silu = round_bf16(x / denominator);  // torch::silu(gate)
-    product[i] = narrow(silu * u);
-    grad_up[i] = narrow(d * silu);
+    product[i] = bfloat16_like_copy(silu * u);
+    grad_up[i] = bfloat16_like_copy(d * silu);
     const float dy = round_bf16(d * u);  // grad * up
-    grad_gate[i] = narrow(dy * sigmoid * (1.0f + x * (1.0f - sigmoid)));
+    grad_gate[i] = bfloat16_like_copy(dy * sigmoid * (1.0f + x * (1.0f - sigmoid)));
   }
 }
 
