@@ -6,6 +6,7 @@
 #include <csignal>
 #include <optional>
 
+#include "rayless/base/cpu_features.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
@@ -124,6 +125,10 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   if (dataset_.skipped_lines > 0)
     log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
                  dataset_.first_skip_reason, ")"));
+  if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units())
+    log_warn("train.bf16 = true on a CPU without bfloat16 matrix units (AVX512-BF16 or AMX): its bfloat16 products "
+             "are emulated in float32, many times slower (a training pass 19x slower than in float32 on an AMD EPYC "
+             "with AVX2); train.bf16 = false trains in float32");
 }
 
 Trainer::~Trainer() = default;

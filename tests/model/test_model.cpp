@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
+#include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
 #include "rayless/model/amx_linear.h"
 #include "rayless/model/autocast_linear.h"
@@ -19,6 +20,22 @@ namespace {
 double masked_max_error(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
   auto keep = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
   return (a - b).abs().masked_select(keep).max().item<double>();
+}
+
+// the share of the real positions' logits where a and b are equal
+double masked_equal_share(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+  auto keep = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
+  return a.eq(b).masked_select(keep).to(torch::kFloat64).mean().item<double>();
+}
+
+// The bfloat16 fixtures come from a CPU with bfloat16 matrix units (AMX). Without such units oneDNN
+// emulates the products in float32 and rounds them differently, by the operands' layout too:
+// transformers' own log-probs for a row run alone and in the padded batch differ by up to 0.016 there
+// (AMD EPYC, AVX2, 2026-12-04; docs/models.md). There the comparisons allow bfloat16's rounding
+// instead of asking for the fixture's own bits.
+bool fixture_cpu_class() {
+  if (!cpu_has_bfloat16_units()) WARN("no bfloat16 matrix units on this CPU: bfloat16 fixtures compared to bfloat16 rounding");
+  return cpu_has_bfloat16_units();
 }
 
 ModelArchConfig tiny_config() { return load_model_config(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny"); }
@@ -98,10 +115,22 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     const double full_error = masked_max_error(full, expected, mask);
     const double decode_error = masked_max_error(decoded, expected, mask);
     const double float32_error = masked_max_error(float32_logits, expected, mask);
-    CAPTURE(full_error, decode_error, float32_error);
-    CHECK(full_error <= 5e-3);  // float32 logits are 0.02-0.03 away
-    CHECK(decode_error <= 5e-3);
-    CHECK(float32_error > 4 * std::max(full_error, decode_error));  // the fixture tells bfloat16 from float32
+    // bfloat16 logits land on the fixture's own values; float32 ones hardly ever do
+    const double full_equal = masked_equal_share(full, expected, mask);
+    const double decode_equal = masked_equal_share(decoded, expected, mask);
+    const double float32_equal = masked_equal_share(float32_logits, expected, mask);
+    CAPTURE(full_error, decode_error, float32_error, full_equal, decode_equal, float32_equal);
+    CHECK(full_equal >= 0.3);  // 0.53-0.60 measured without bfloat16 units
+    CHECK(decode_equal >= 0.3);
+    CHECK(float32_equal <= 0.01);
+    if (fixture_cpu_class()) {
+      CHECK(full_error <= 5e-3);  // float32 logits are 0.02-0.03 away
+      CHECK(decode_error <= 5e-3);
+      CHECK(float32_error > 4 * std::max(full_error, decode_error));  // the fixture tells bfloat16 from float32
+    } else {
+      CHECK(full_error <= 1.0 / 64);  // one bfloat16 step at these logits' magnitudes (below 4)
+      CHECK(decode_error <= 1.0 / 64);
+    }
   }
 }
 
@@ -165,8 +194,12 @@ TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transf
     };
     const double bfloat16_error = error_of(true), float32_error = error_of(false);
     CAPTURE(bfloat16_error, float32_error);
-    CHECK(bfloat16_error <= 1e-5);
-    CHECK(float32_error > 1e-3);  // the fixture tells bfloat16 from float32
+    if (fixture_cpu_class()) {
+      CHECK(bfloat16_error <= 1e-5);
+      CHECK(float32_error > 1e-3);  // the fixture tells bfloat16 from float32
+    } else {
+      CHECK(bfloat16_error <= 0.02);  // transformers' own spread between layouts there: 0.012-0.016
+    }
   }
 }
 

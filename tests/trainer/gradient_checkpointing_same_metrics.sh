@@ -19,6 +19,12 @@ for checkpointing in false true; do
     --set train.gradient_checkpointing=$checkpointing --set train.padding_free=false --set train.max_steps=3 "${extra[@]}" \
     > "$work/$checkpointing.log" 2>&1 || { cat "$work/$checkpointing.log"; exit 1; }
 done
+if [ "$mode" = bf16 ]; then
+  # train.bf16 on a CPU without bfloat16 matrix units warns once (rank 0), and only there
+  warnings=$(grep -c "train.bf16 = true on a CPU without bfloat16 matrix units" "$work/false.log")
+  if grep -q -w -E "avx512_bf16|amx_bf16" /proc/cpuinfo; then expected=0; else expected=1; fi
+  [ "$warnings" = "$expected" ] || { echo "FAIL: $warnings bfloat16-units warnings, expected $expected"; cat "$work/false.log"; exit 1; }
+fi
 /usr/bin/python3 - "$work" "$mode" <<'PY'
 import json, math, os, sys
 def steps(run):

@@ -92,7 +92,7 @@ TEST_CASE("adamw_update gives a slice updated alone the same bits as the whole t
   }
 }
 
-// The float32 vector loop (AVX-512 where the CPU has it) against the scalar loop, which a one-element
+// The float32 vector loop (AVX-512, or AVX2, where the CPU has it) against the scalar loop, which a one-element
 // tensor always takes: the same bits, element by element, with a clip coefficient in play.
 TEST_CASE("adamw_update's vector loop gives the scalar loop's bits") {
   const int64_t n = 1037;

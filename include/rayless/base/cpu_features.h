@@ -22,4 +22,13 @@ namespace rayless {
 // AVX-512 Foundation; false off x86-64.
 bool cpu_has_avx512f();
 
+// AVX2 with the operating system saving the 256-bit registers; false off x86-64. The float32
+// kernels that have an AVX-512 loop have an AVX2 one for CPUs without AVX-512 (AMD before Zen 4).
+bool cpu_has_avx2();
+
+// bfloat16 matrix units (AVX512-BF16 or AMX-BF16): where they are missing, oneDNN emulates bfloat16
+// products in float32 (about 8x slower than float32 products here) and their rounding depends on the
+// operands' layout, so train.bf16 warns; false off x86-64.
+bool cpu_has_bfloat16_units();
+
 }  // namespace rayless
