@@ -396,7 +396,7 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(int_field("train.seed", REF(train.seed), 0, kNoMax, "seed of every random stream (with rank, step and purpose)"));
   f.push_back(int_field("train.per_device_train_batch_size", REF(train.per_device_train_batch_size), 1, kNoMax, "completions per rank per micro-step"));
   f.push_back(int_field("train.gradient_accumulation_steps", REF(train.gradient_accumulation_steps), 1, kNoMax, "micro-steps per optimizer step"));
-  f.push_back(bool_field("train.bf16", REF(train.bf16), "bfloat16 autocast for forward passes, backward and generation, as TRL's bf16 (fp32 master weights; generation decodes on bfloat16 copies of the weights, packed for the CPU's bfloat16 units where it has them)"));
+  f.push_back(bool_field("train.bf16", REF(train.bf16), "bfloat16 autocast for forward passes, backward and generation, as TRL's bf16 (fp32 master weights; generation decodes on bfloat16 copies of the weights, packed for the CPU's bfloat16 units where it has them; on a CPU without them, AVX512-BF16 or AMX, a warning at start: its bfloat16 products are emulated, many times slower than float32)"));
   f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory (under the forward's autocast with train.bf16, as torch.utils.checkpoint does)"));
   f.push_back(bool_field("train.padding_free", REF(train.padding_free), "log-prob passes compute each distinct prompt once and no padding (false: TRL's padded layout)"));
   f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));
