@@ -33,7 +33,7 @@ double masked_equal_share(const torch::Tensor& a, const torch::Tensor& b, const 
 // transformers' own log-probs for a row run alone and in the padded batch differ by up to 0.016 there
 // (AMD EPYC, AVX2, 2026-12-04; docs/models.md). There the comparisons allow bfloat16's rounding
 // instead of asking for the fixture's own bits.
-bool fixture_cpu_class() {
+bool cpu_like_the_fixtures() {
   if (!cpu_has_bfloat16_units()) WARN("no bfloat16 matrix units on this CPU: bfloat16 fixtures compared to bfloat16 rounding");
   return cpu_has_bfloat16_units();
 }
@@ -123,7 +123,7 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     CHECK(full_equal >= 0.3);  // 0.53-0.60 measured without bfloat16 units
     CHECK(decode_equal >= 0.3);
     CHECK(float32_equal <= 0.01);
-    if (fixture_cpu_class()) {
+    if (cpu_like_the_fixtures()) {
       CHECK(full_error <= 5e-3);  // float32 logits are 0.02-0.03 away
       CHECK(decode_error <= 5e-3);
       CHECK(float32_error > 4 * std::max(full_error, decode_error));  // the fixture tells bfloat16 from float32
@@ -194,7 +194,7 @@ TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transf
     };
     const double bfloat16_error = error_of(true), float32_error = error_of(false);
     CAPTURE(bfloat16_error, float32_error);
-    if (fixture_cpu_class()) {
+    if (cpu_like_the_fixtures()) {
       CHECK(bfloat16_error <= 1e-5);
       CHECK(float32_error > 1e-3);  // the fixture tells bfloat16 from float32
     } else {

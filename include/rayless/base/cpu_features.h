@@ -27,8 +27,8 @@ bool cpu_has_avx512f();
 bool cpu_has_avx2();
 
 // bfloat16 matrix units (AVX512-BF16 or AMX-BF16): where they are missing, oneDNN emulates bfloat16
-// products in float32 (about 8x slower than float32 products here) and their rounding depends on the
-// operands' layout, so train.bf16 warns; false off x86-64.
+// products in float32 (9.7 against 81 GFLOP/s for float32 ones on an AMD EPYC with AVX2) and their
+// rounding depends on the operands' layout, so train.bf16 warns; false off x86-64.
 bool cpu_has_bfloat16_units();
 
 }  // namespace rayless
