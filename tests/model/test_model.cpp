@@ -12,6 +12,7 @@
 #include "rayless/model/transpose.h"
 
 #include <optional>
+#include <utility>
 
 using namespace rayless;
 
@@ -34,7 +35,9 @@ double masked_equal_share(const torch::Tensor& a, const torch::Tensor& b, const 
 // (AMD EPYC, AVX2, 2026-12-04; docs/models.md). There the comparisons allow bfloat16's rounding
 // instead of asking for the fixture's own bits.
 bool cpu_like_the_fixtures() {
-  if (!cpu_has_bfloat16_units()) WARN("no bfloat16 matrix units on this CPU: bfloat16 fixtures compared to bfloat16 rounding");
+  static bool warned = false;
+  if (!cpu_has_bfloat16_units() && !std::exchange(warned, true))
+    WARN("no bfloat16 matrix units on this CPU: bfloat16 fixtures compared to bfloat16 rounding");
   return cpu_has_bfloat16_units();
 }
 

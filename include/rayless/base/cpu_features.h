@@ -22,8 +22,9 @@ namespace rayless {
 // AVX-512 Foundation; false off x86-64.
 bool cpu_has_avx512f();
 
-// AVX2 with the operating system saving the 256-bit registers; false off x86-64. The float32
-// kernels that have an AVX-512 loop have an AVX2 one for CPUs without AVX-512 (AMD before Zen 4).
+// AVX2 with the operating system saving the 256-bit registers; false off x86-64. AdamW's float32
+// update and the gradient norm's sums have an AVX2 loop beside their AVX-512 one, for CPUs without
+// AVX-512 (AMD before Zen 4); the bfloat16 training kernels fall back to their scalar loops there.
 bool cpu_has_avx2();
 
 // bfloat16 matrix units (AVX512-BF16 or AMX-BF16): where they are missing, oneDNN emulates bfloat16
