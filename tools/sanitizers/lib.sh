@@ -33,7 +33,6 @@ build_sanitized() {
   RAYLESS_BUILD_DIR=$sanitize_build_dir RAYLESS_SKIP_BUILD=1 \
     RAYLESS_CMAKE_ARGS="-DCMAKE_C_COMPILER=$clang_c -DCMAKE_CXX_COMPILER=$clang_cxx -DRAYLESS_SANITIZE=ON -DRAYLESS_FUZZ=ON ${RAYLESS_CMAKE_ARGS:-}" \
     "$hardening_root/tools/setup.sh"
-  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
   hsay "building $sanitize_build_dir (clang, ASan + UBSan + libFuzzer coverage)${targets[*]:+: ${targets[*]}}"
   cmake --build "$hardening_root/$sanitize_build_dir" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"} ||
     hdie "sanitizer build failed"

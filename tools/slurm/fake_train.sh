@@ -7,7 +7,7 @@
 #
 #   fake_train.sh train --config FILE [--set train.max_steps=N ...] [--output DIR] [--resume auto]
 # Environment: FAKE_STEP_SECONDS (default 1). Every rank (SLURM_PROCID / OMPI_COMM_WORLD_RANK) logs
-# to OUTPUT/fake-rank-R.log; rank 0 writes the checkpoints.
+# to OUTPUT/fake-rank-R.log ("TIME HOST rank R: ..."); rank 0 writes the checkpoints.
 set -uo pipefail
 [ "${1:-}" = train ] || { echo "fake_train: usage: fake_train.sh train --config FILE ..." >&2; exit 2; }
 shift
@@ -31,7 +31,8 @@ rank=${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-0}}
 mkdir -p "$output/checkpoints"
 [ "$rank" != 0 ] || printf '%s\n' "$all_args" >"$output/fake-args.txt"
 log=$output/fake-rank-$rank.log
-say() { printf '%s rank %s: %s\n' "$(date +%T)" "$rank" "$*" | tee -a "$log"; }
+host=$(hostname)
+say() { printf '%s %s rank %s: %s\n' "$(date +%T)" "$host" "$rank" "$*" | tee -a "$log"; }
 
 stop_requested=0
 trap 'stop_requested=1; say "signal received: checkpoint at the next step boundary"' USR1 TERM

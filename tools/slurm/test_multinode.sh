@@ -6,9 +6,9 @@
 #                                            node2, traffic over both nodes' veths, final weights equal
 #                                            a 4-rank single-node run's
 #   test_multinode.sh preempt RAYLESS WORK   test_preempt.sh across the two nodes
-#   test_multinode.sh timelimit RAYLESS WORK test_timelimit.sh across the two nodes: --time=2
+#   test_multinode.sh timelimit RAYLESS WORK test_timelimit.sh --fake across the two nodes: --time=2
 #                                            --signal=B:USR1@60, no outside signal; Slurm's warning
-#                                            checkpoints every rank, requeue, same final weights
+#                                            reaches every rank on both nodes, requeue, COMPLETED
 #   test_multinode.sh sweep RAYLESS WORK     test_sweep.sh (array tasks) on the cluster
 #   test_multinode.sh nodelost RAYLESS WORK  node2 killed mid-run (its slurmd and ranks): the job ends
 #                                            within the watchdog bound naming node2's ranks, nothing is
@@ -62,8 +62,20 @@ case $what in
        tools/slurm/test_preempt.sh "$bin" "$work")
     ;;
   timelimit)
+    # the fake trainer: Slurm's warning, its path to every rank on both nodes, the requeue. The real
+    # trainer's answer to the same signal (checkpoint, exit 3, exact resume across nodes) is
+    # "multinode: preempt"'s; here it would spend ~250 s of both cores on two 100-s runs.
     (cd "$root_dir" && in_cluster env RAYLESS_TEST_SBATCH_ARGS="--nodes=2 --ntasks-per-node=2 --ntasks=4" \
-       tools/slurm/test_timelimit.sh "$bin" "$work")
+       tools/slurm/test_timelimit.sh "$bin" "$work" --fake) || exit
+    logs=("$work"/limited/fake-rank-*.log)
+    [ ${#logs[@]} = 4 ] || fail "${#logs[@]} rank logs in $work/limited, expected 4"
+    # "TIME HOST rank R: signal received ...": distinct ranks per host
+    warned=$(grep -h 'signal received' "${logs[@]}" | awk '{print $2, $4}' | sort -u)
+    echo "ranks warned (host rank): $(echo $warned)"
+    for node in node1 node2; do
+      [ "$(grep -c "^$node " <<<"$warned")" = 2 ] || fail "the 2 ranks on $node did not both receive Slurm's warning"
+    done
+    echo "PASS: Slurm's time-limit warning reached the 2 ranks on node1 and the 2 on node2"
     ;;
   sweep)
     (cd "$root_dir" && in_cluster tools/slurm/test_sweep.sh "$work")

@@ -86,7 +86,7 @@ state=$(slurm_wait_job "$job" "$limit")
 restarts=$(slurm_job_field "$job" Restarts)
 echo "time-limited job $job ended $state after $restarts restart(s)"
 cat "$log"
-[ $fake = 0 ] || cat "$work"/limited/fake-rank-0.log
+[ $fake = 0 ] || cat "$work"/limited/fake-rank-*.log
 [ "$state" = COMPLETED ] || fail "time-limited job $job ended $state, expected COMPLETED (TIMEOUT: the USR1 warning did not stop it in time)"
 [ "${restarts:-0}" -ge 1 ] || fail "job $job was never requeued: the run ended inside its first 2-minute allocation (raise the steps)"
 checkpointed=$(grep -c 'training step exited with code 3' "$log")
@@ -94,8 +94,11 @@ checkpointed=$(grep -c 'training step exited with code 3' "$log")
 grep -q 'restart 1,' "$log" || fail "the second allocation did not see SLURM_RESTART_COUNT=1"
 grep -q -- '--resume auto' "$log" || fail "the second allocation was not given --resume auto"
 # each allocation must have trained: a requeue loop that makes no progress would never end
+# and every rank got the warning (the fake trainer logs each rank; the real one's exit 3 says so)
 if [ $fake = 1 ]; then
-  grep -q 'signal received' "$work"/limited/fake-rank-0.log || fail "the fake trainer never received the signal"
+  for rank_log in "$work"/limited/fake-rank-*.log; do
+    grep -q 'signal received' "$rank_log" || fail "$(basename "$rank_log" .log) never received the signal"
+  done
 fi
 
 [ -s "$work/reference/$final" ] || fail "reference has no $final"
