@@ -94,9 +94,14 @@ slurm_wait_first_step() {
 # Prints a job's record, its output files and the daemon logs (for failures).
 slurm_report_job() {
   local job=$1 f
+  shift
+  # the lines that say why first: CI shows the start of a long failure report
+  echo "===== why (srun, rayless and job-script lines of the outputs) ====="
+  for f in "$@"; do
+    [ -f "$f" ] && grep -H -E 'srun: error|slurmstepd|rayless(-job)?: (error|warning)|died of|exited with code|Segmentation|Abort' "$f" | tail -n 12
+  done
   echo "===== scontrol show job $job ====="
   scontrol show job "$job" 2>&1 || true
-  shift
   for f in "$@"; do
     [ -f "$f" ] || continue
     printf '===== %s =====\n' "$f"
