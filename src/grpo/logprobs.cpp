@@ -3,6 +3,7 @@
 #include <torch/types.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/error.h"
 
 namespace rayless {
@@ -61,7 +62,7 @@ class FusedLmHeadLogprobs : public torch::autograd::Function<FusedLmHeadLogprobs
     auto lse = torch::empty({rows}, options);
     for (int64_t start = 0; start < rows; start += chunk) {
       const int64_t n = std::min(chunk, rows - start);
-      auto z = scaled(torch::linear(hidden.narrow(0, start, n), weight, bias), temperature);
+      auto z = scaled(linear_as_autocast(hidden.narrow(0, start, n), weight, bias), temperature);
       auto chunk_lse = z.logsumexp(-1);
       auto chosen = z.gather(1, ids.narrow(0, start, n).unsqueeze(1)).squeeze(1);
       logps.narrow(0, start, n).copy_(chosen - chunk_lse);

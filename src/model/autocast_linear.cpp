@@ -4,6 +4,7 @@
 #include <torch/autograd.h>
 
 #include "rayless/model/autocast_scope.h"
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/model/transpose.h"
 
 namespace rayless {
@@ -42,9 +43,10 @@ struct AutocastLinear : public torch::autograd::Function<AutocastLinear> {
     ctx->saved_data["has_bias"] = has_bias;
     ctx->saved_data["input_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["bias_dtype"] = static_cast<int64_t>(has_bias ? bias.scalar_type() : low);
-    // what autocast's linear calls: at::linear on the cast operands
+    // what autocast's linear calls: at::linear on the cast operands (widened where train.bf16_products
+    // says: bfloat16_products.h)
     const torch::Tensor weight_low = weight.to(low);
-    return has_bias ? torch::linear(x_low, weight_low, bias.to(low)) : torch::linear(x_low, weight_low);
+    return bfloat16_aware_linear(x_low, weight_low, has_bias ? bias.to(low) : torch::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -71,7 +73,7 @@ struct AutocastLinear : public torch::autograd::Function<AutocastLinear> {
 LinearGrads linear_grads(const torch::Tensor& grad_output, const torch::Tensor& input, const torch::Tensor& weight) {
   const torch::Tensor grad_2d = grad_output.reshape({-1, grad_output.size(-1)});
   // mm(input_2d, weight.t()): mat1's grad is grad.mm(mat2.t())
-  return {grad_2d.mm(weight).reshape(input.sizes()), linear_weight_grad(grad_output, input)};
+  return {bfloat16_aware_mm(grad_2d, weight).reshape(input.sizes()), linear_weight_grad(grad_output, input)};
 }
 
 torch::Tensor linear_weight_grad(const torch::Tensor& grad_output, const torch::Tensor& input) {
@@ -80,6 +82,7 @@ torch::Tensor linear_weight_grad(const torch::Tensor& grad_output, const torch::
   // mat2 (the weight, transposed) is column-major, so its grad is grad.t().mm(mat1).t(), transposed
   // back by t()'s grad. In 2-byte dtypes the gradient is transposed into memory first (transpose.h),
   // as oneDNN multiplies a row-major operand faster (1.3-1.9x at the training pass's shapes).
+  if (widens_bfloat16_product(grad_2d, input_2d)) return bfloat16_aware_mm(grad_2d.t(), input_2d);
   const bool two_bytes = grad_2d.element_size() == 2 && grad_2d.device().is_cpu();
   return (two_bytes ? transposed(grad_2d) : grad_2d.t()).mm(input_2d);
 }

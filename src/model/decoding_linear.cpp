@@ -7,8 +7,12 @@
 
 #include <optional>
 
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include "rayless/base/error.h"
 #include "rayless/model/amx_linear.h"
+#include "rayless/base/bfloat16_products.h"
 
 namespace rayless {
 
@@ -68,7 +72,22 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
   fused_bias_ = fused_in(biases, compute_dtype);
   for (const auto& weight : weights) outputs_ += weight.size(0);
   const int64_t inputs = weights.front().size(1);
-  if (compute_dtype == torch::kBFloat16 && weights.front().device().is_cpu() && amx::available() &&
+  if (compute_dtype == torch::kBFloat16 && weights.front().device().is_cpu() &&
+      bfloat16_products() == BFloat16Products::float32) {
+    // bfloat16 products widened to float32 (bfloat16_products.h): the weights rounded to bfloat16
+    // once and held in float32, packed for oneDNN's float32 kernel where it has one, at every row count
+    widened_ = true;
+    const torch::Tensor rounded = fused_in(weights, torch::kBFloat16).to(torch::kFloat32);
+    if (fused_bias_.defined()) fused_bias_ = fused_bias_.to(torch::kFloat32);
+    if (packable(weights.front(), torch::kFloat32)) {
+      torch::jit::Stack stack{rounded, c10::IValue()};
+      reorder_op()->callBoxed(&stack);
+      packed_weight_ = stack.at(0).toTensor();
+      packed_min_rows_ = 1;
+    } else {
+      fused_weight_ = rounded;
+    }
+  } else if (compute_dtype == torch::kBFloat16 && weights.front().device().is_cpu() && amx::available() &&
       amx::fits(outputs_, inputs)) {
     amx_weight_ = amx::pack(weights);  // cast and laid out in one pass, no fused copy first
   } else if (packable(weights.front(), compute_dtype)) {
@@ -83,10 +102,14 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
 
 torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(in, 1);
+  std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;  // widened products are float32 ones,
+  if (widened_) no_autocast.emplace(c10::autocast_dispatch_keyset);  // which autocast would lower again
   const bool on_packed = amx_weight_.defined() || (packed_weight_.defined() && rows >= packed_min_rows_);
   if (on_packed) {
-    // both packed kernels take [rows, in] in the compute dtype and give [rows, outputs]
-    const auto flat = x.reshape({rows, in}).to(compute_dtype_).contiguous();
+    // both packed kernels take [rows, in] in the compute dtype and give [rows, outputs]; widened:
+    // the input rounded to bfloat16, in float32, and the output rounded once
+    auto flat = x.reshape({rows, in}).to(compute_dtype_).contiguous();
+    if (widened_) flat = flat.to(torch::kFloat32);
     torch::Tensor y;
     if (amx_weight_.defined()) {
       y = amx::linear(flat, amx_weight_, outputs_, fused_bias_);
@@ -99,8 +122,10 @@ torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
     }
     auto sizes = x.sizes().vec();
     sizes.back() = outputs_;
-    return y.view(sizes);
+    return (widened_ ? y.to(compute_dtype_) : y).view(sizes);
   }
+  if (widened_)
+    return torch::linear(x.to(compute_dtype_).to(torch::kFloat32), fused_weight_, fused_bias_).to(compute_dtype_);
   if (fused_weight_.defined()) return torch::linear(x.to(compute_dtype_), fused_weight_, fused_bias_);
   if (weights_.size() == 1) return torch::linear(x, weights_.front(), biases_.front());
   std::vector<torch::Tensor> outputs;

@@ -13,6 +13,7 @@
 #include "rayless/model/attention_kernel.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/model/decoding_rotary.h"
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
@@ -461,7 +462,7 @@ struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
                                const torch::Tensor& up, const torch::Tensor& weight) {
     ctx->save_for_backward({gate, up, weight});
-    return torch::linear(torch::silu(gate) * up, weight.to(gate.scalar_type()));
+    return bfloat16_aware_linear(torch::silu(gate) * up, weight.to(gate.scalar_type()), torch::Tensor());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
@@ -472,7 +473,7 @@ struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
     // the product's gradient first (the down projection's input gradient, as linear_grads computes
     // it), then gate's and up's with the product recomputed in one pass, then the weight's
     const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
-    const torch::Tensor grad_product = grad_2d.mm(weight.to(gate.scalar_type())).reshape(gate.sizes());
+    const torch::Tensor grad_product = bfloat16_aware_mm(grad_2d, weight.to(gate.scalar_type())).reshape(gate.sizes());
     const SiluTimesGrads elementwise = silu_times_backward(gate, up, grad_product);
     return {elementwise.grad_gate, elementwise.grad_up,
             linear_weight_grad(grad_outputs[0], elementwise.product).to(weight.scalar_type())};
@@ -699,7 +700,9 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
   return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
-torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) { return torch::linear(hidden, lm_head_weight()); }
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {
+  return linear_as_autocast(hidden, lm_head_weight(), torch::Tensor());
+}
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
   return logits(forward_hidden(input_ids, attention_mask));

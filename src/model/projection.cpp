@@ -1,6 +1,7 @@
 #include "rayless/model/projection.h"
 
 #include "rayless/model/autocast_linear.h"
+#include "rayless/base/bfloat16_products.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/types.h>
@@ -18,7 +19,7 @@ ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_fea
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   // under autocast, training passes hold the float32 weight for backward, not a low-precision copy
-  torch::Tensor y = autocast_linear_applies(x, weight) ? autocast_linear(x, weight, bias) : torch::linear(x, weight, bias);
+  torch::Tensor y = autocast_linear_applies(x, weight) ? autocast_linear(x, weight, bias) : linear_as_autocast(x, weight, bias);
   if (lora_A.is_empty() || !lora_active) return y;
   torch::Tensor adapter_input = x.to(lora_A->weight.scalar_type());
   if (lora_dropout > 0 && is_training() && torch::GradMode::is_enabled())

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <optional>
 
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
@@ -62,6 +63,9 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
              choice_name(cfg_.model.device), "\" found no CUDA device): use \"bfloat16\" or \"float32\"");
   comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
   torch::manual_seed(cfg_.train.seed);
+  // how bfloat16 products run on the CPU (train.bf16_products), for every pass of this run
+  set_bfloat16_products(cfg_.train.bf16 && device_.is_cpu() ? bfloat16_products_for(cfg_.train.bf16_products)
+                                                            : BFloat16Products::bfloat16);
 
   steps_per_generation_ = cfg_.effective_steps_per_generation(runtime_.size());
   micro_steps_per_cycle_ = steps_per_generation_ * cfg_.grpo.num_iterations;
@@ -125,10 +129,16 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   if (dataset_.skipped_lines > 0)
     log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
                  dataset_.first_skip_reason, ")"));
-  if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units())
-    log_warn("train.bf16 = true on a CPU without bfloat16 matrix units (AVX512-BF16 or AMX): its bfloat16 products "
-             "are emulated in float32, many times slower (a training pass 19x slower than in float32 on an AMD EPYC "
-             "with AVX2); train.bf16 = false trains in float32");
+  if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units()) {
+    if (bfloat16_products() == BFloat16Products::bfloat16)
+      log_warn("train.bf16 = true with train.bf16_products = \"bfloat16\" on a CPU without bfloat16 matrix units "
+               "(AVX512-BF16 or AMX): its bfloat16 products are emulated in float32, many times slower (a training "
+               "pass 19x slower than in float32 on an AMD EPYC with AVX2); train.bf16_products = \"float32\" "
+               "(the default) runs them at the float32 rate");
+    else
+      log_info("train.bf16 on a CPU without bfloat16 matrix units (AVX512-BF16 or AMX): bfloat16 products run as "
+               "float32 ones on the bfloat16 values, rounded once (train.bf16_products = float32)");
+  }
 }
 
 Trainer::~Trainer() = default;

@@ -89,6 +89,13 @@ TEST_CASE("config: wrong types and ranges name key, value and what is allowed") 
   CHECK_THAT(error_of([&] { config_from_overrides({"grpo.num_generation=4"}); }),
              Catch::Contains("did you mean grpo.num_generations?"));
   CHECK_THAT(error_of([&] { config_from_overrides({"novalue"}); }), Catch::Contains("section.key=value"));
+  auto products = write_temp_config("products.toml", "[train]\nbf16 = true\nbf16_products = \"fast\"\n");
+  msg = error_of([&] { load_config(products.string()); });
+  CHECK_THAT(msg, Catch::Contains("products.toml:3"));
+  CHECK_THAT(msg, Catch::Contains("train.bf16_products = 'fast'"));
+  CHECK_THAT(msg, Catch::Contains("one of auto | bfloat16 | float32"));
+  CHECK(config_from_overrides({"train.bf16_products=float32"}).train.bf16_products == "float32");
+  CHECK(config_from_overrides({}).train.bf16_products == "auto");
 }
 
 TEST_CASE("config: cross-field rules") {

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
 #include "rayless/model/amx_linear.h"
@@ -39,6 +40,14 @@ bool cpu_like_the_fixtures() {
   if (!cpu_has_bfloat16_units() && !std::exchange(warned, true))
     WARN("no bfloat16 matrix units on this CPU: bfloat16 fixtures compared to bfloat16 rounding");
   return cpu_has_bfloat16_units();
+}
+
+// Both settings of train.bf16_products: the golden tests hold for each.
+constexpr BFloat16Products kAllProducts[] = {BFloat16Products::bfloat16, BFloat16Products::float32};
+// The fixtures' exact limits apply to LibTorch's own bfloat16 products on a CPU like the fixtures';
+// widened products, like emulated ones, round their float32 sums in another order.
+bool exact_limits(BFloat16Products products) {
+  return products == BFloat16Products::bfloat16 && cpu_like_the_fixtures();
 }
 
 ModelArchConfig tiny_config() { return load_model_config(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny"); }
@@ -87,8 +96,10 @@ TEST_CASE("golden: logits of a left-padded batch match transformers (fp32)") {
 // far closer than the float32 logits are.
 TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forward and fused decode") {
   const auto expected_all = load_safetensors(test::golden_dir() / "autocast-bf16-expected.safetensors");
+  for (const auto products : kAllProducts)
   for (const std::string name : {"qwen2", "llama", "qwen3"}) {
-    INFO(name);
+    INFO(name << ", train.bf16_products = " << to_string(products));
+    const BFloat16ProductsScope products_scope(products);
     CausalLM model = load_hf_model(test::golden_dir() / name);
     model->eval();
     const auto expected_json = test::read_json(test::golden_dir() / (name + "-expected.json"));
@@ -107,8 +118,10 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     // where the CPU has AMX the products whose shapes fit the tiles run on rayless's tile kernel
     // (model/amx_linear.h): o_proj in all three models, q/k/v in qwen2 (with biases) and llama (128
     // outputs; qwen3's 144 do not fill 64-output blocks and stay on oneDNN's)
-    CHECK(attention.decoding_o.on_amx_tiles() == amx::available());
-    CHECK(attention.decoding_qkv.on_amx_tiles() == (amx::available() && name != "qwen3"));
+    // (widened products stay off them: they run in float32)
+    const bool tiles = amx::available() && products == BFloat16Products::bfloat16;
+    CHECK(attention.decoding_o.on_amx_tiles() == tiles);
+    CHECK(attention.decoding_qkv.on_amx_tiles() == (tiles && name != "qwen3"));
     KVCache cache;
     std::vector<torch::Tensor> steps{model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};
     for (int64_t t = prefill; t < ids.size(1); ++t)
@@ -126,7 +139,7 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     CHECK(full_equal >= 0.3);  // 0.53-0.60 measured without bfloat16 units
     CHECK(decode_equal >= 0.3);
     CHECK(float32_equal <= 0.01);
-    if (cpu_like_the_fixtures()) {
+    if (exact_limits(products)) {
       CHECK(full_error <= 5e-3);  // float32 logits are 0.02-0.03 away
       CHECK(decode_error <= 5e-3);
       CHECK(float32_error > 4 * std::max(full_error, decode_error));  // the fixture tells bfloat16 from float32
@@ -174,8 +187,10 @@ GoldenCompletions golden_completions(const std::string& name) {
 // train.bf16 computes what TRL's autocast computes.
 TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transformers' log-probs") {
   const auto expected_all = load_safetensors(test::golden_dir() / "autocast-bf16-expected.safetensors");
+  for (const auto products : kAllProducts)
   for (const std::string name : {"qwen2", "llama", "qwen3"}) {
-    INFO(name);
+    INFO(name << ", train.bf16_products = " << to_string(products));
+    const BFloat16ProductsScope products_scope(products);
     CausalLM model = load_hf_model(test::golden_dir() / name);
     const GoldenCompletions g = golden_completions(name);
     const auto reference = torch::log_softmax(expected_all.at(name).to(torch::kFloat64), -1);
@@ -197,7 +212,7 @@ TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transf
     };
     const double bfloat16_error = error_of(true), float32_error = error_of(false);
     CAPTURE(bfloat16_error, float32_error);
-    if (cpu_like_the_fixtures()) {
+    if (exact_limits(products)) {
       CHECK(bfloat16_error <= 1e-5);
       CHECK(float32_error > 1e-3);  // the fixture tells bfloat16 from float32
     } else {
@@ -215,8 +230,10 @@ TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transf
 // float32 gradients of a wrong pass would be.
 TEST_CASE("golden: gradients of the packed training pass under bfloat16 autocast are as near exact as transformers'") {
   const auto golden = load_safetensors(test::golden_dir() / "autocast-bf16-grads.safetensors");
+  for (const auto products : kAllProducts)
   for (const std::string name : {"qwen2", "llama", "qwen3"}) {
-    INFO(name);
+    INFO(name << ", train.bf16_products = " << to_string(products));
+    const BFloat16ProductsScope products_scope(products);
     CausalLM model = load_hf_model(test::golden_dir() / name);
     const GoldenCompletions g = golden_completions(name);
     {
@@ -490,12 +507,20 @@ TEST_CASE("fused decoding weights give the separate projections' logits") {
 // down_proj(silu_times(gate, up)) bit for bit, in float32 and float64 and under bfloat16 autocast.
 TEST_CASE("silu_times_down gives down_proj(silu_times(gate, up)) bit for bit") {
   const ModelArchConfig config = tiny_config();
-  for (const auto& setting : {std::pair{torch::kFloat32, false}, std::pair{torch::kFloat64, false},
-                              std::pair{torch::kFloat32, true}}) {
+  struct Setting {
+    torch::Dtype dtype;
+    bool autocast_on;
+    BFloat16Products products;
+  };
+  for (const Setting& setting : {Setting{torch::kFloat32, false, BFloat16Products::bfloat16},
+                                 Setting{torch::kFloat64, false, BFloat16Products::bfloat16},
+                                 Setting{torch::kFloat32, true, BFloat16Products::bfloat16},
+                                 Setting{torch::kFloat32, true, BFloat16Products::float32}}) {
     // copies, not structured bindings: C++17 lambdas cannot capture those (clang refuses)
-    const torch::Dtype dtype = setting.first;
-    const bool autocast_on = setting.second;
-    INFO(dtype << (autocast_on ? " under bfloat16 autocast" : ""));
+    const torch::Dtype dtype = setting.dtype;
+    const bool autocast_on = setting.autocast_on;
+    INFO(dtype << (autocast_on ? " under bfloat16 autocast" : "") << ", products " << to_string(setting.products));
+    const BFloat16ProductsScope products(setting.products);
     torch::manual_seed(3);
     MLP mlp(config);
     mlp->to(dtype);
@@ -572,6 +597,55 @@ TEST_CASE("autocast_linear gives autocast's linear bit for bit, the weight's gra
     const double plain_error = test::relative_l2_error(plain_weight_grad, exact);
     INFO("weight gradient's error against float64: " << lean_error << ", autograd's " << plain_error);
     CHECK(lean_error <= 1.02 * plain_error);
+  }
+}
+
+// With train.bf16_products = float32, autocast_linear's three products are the widened formulas
+// (bfloat16_products.h) bit for bit, and its gradients as near the exact ones as autocast's own.
+TEST_CASE("autocast_linear with float32 products: the widened products bit for bit, gradients as near exact as autocast's") {
+  torch::manual_seed(11);
+  const auto f32 = torch::kFloat32, low = torch::kBFloat16;
+  // sizes at which LibTorch's bfloat16 kernels sum in another order than float32's (on an AMD EPYC a
+  // few elements of each product differ; at smaller sizes they agreed bit for bit there)
+  const int64_t in = 640, out = 256;
+  for (const bool with_bias : {false, true})
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{128, in}, std::vector<int64_t>{2, 64, in}}) {
+    INFO("input " << shape << ", bias " << with_bias);
+    auto weight = torch::randn({out, in}).div_(8).requires_grad_(true);
+    auto bias = with_bias ? torch::randn({out}).requires_grad_(true) : torch::Tensor();
+    auto x = torch::randn(shape).requires_grad_(true);
+    auto downstream_shape = shape;
+    downstream_shape.back() = out;
+    const auto downstream = torch::randn(downstream_shape);
+    auto run = [&](BFloat16Products products) {
+      const BFloat16ProductsScope scope(products);
+      AutocastScope autocast(true, torch::kCPU);
+      auto y = autocast_linear(x, weight, bias);
+      std::vector<torch::Tensor> inputs{x, weight};
+      if (with_bias) inputs.push_back(bias);
+      auto grads = torch::autograd::grad({(y.to(f32) * downstream).sum()}, inputs);
+      grads.insert(grads.begin(), y.detach());
+      return grads;
+    };
+    const auto widened = run(BFloat16Products::float32), native = run(BFloat16Products::bfloat16);
+    // by hand: operands rounded to bfloat16, products in float32, one rounding
+    const auto x_low = x.detach().to(low).reshape({-1, in}), w_low = weight.detach().to(low);
+    const auto grad_low = downstream.to(low).reshape({-1, out});  // y.to(f32)'s backward casts it to bfloat16
+    auto forward = torch::linear(x_low.to(f32), w_low.to(f32), with_bias ? bias.detach().to(low).to(f32) : torch::Tensor());
+    CHECK(torch::equal(widened[0], forward.to(low).reshape(widened[0].sizes())));
+    CHECK(torch::equal(widened[1], grad_low.to(f32).mm(w_low.to(f32)).to(low).to(f32).reshape(x.sizes())));
+    CHECK(torch::equal(widened[2], grad_low.to(f32).t().mm(x_low.to(f32)).to(low).to(f32)));
+    if (with_bias) CHECK(torch::equal(widened[3], native[3]));  // a sum, not a product: unchanged
+    // as near the exact products (float64 on the same bfloat16 operands) as autocast's own kernels
+    const auto exact_input = grad_low.to(torch::kFloat64).mm(w_low.to(torch::kFloat64)).reshape(x.sizes());
+    const auto exact_weight = grad_low.to(torch::kFloat64).t().mm(x_low.to(torch::kFloat64));
+    const double input_error = test::relative_l2_error(widened[1], exact_input);
+    const double input_error_native = test::relative_l2_error(native[1], exact_input);
+    const double weight_error = test::relative_l2_error(widened[2], exact_weight);
+    const double weight_error_native = test::relative_l2_error(native[2], exact_weight);
+    CAPTURE(input_error, input_error_native, weight_error, weight_error_native);
+    CHECK(input_error <= 1.05 * input_error_native);
+    CHECK(weight_error <= 1.05 * weight_error_native);
   }
 }
 

@@ -3,7 +3,8 @@
 # forward's own, so a run with it on logs the same loss, gradient norm and every other metric as one
 # with it off, bit for bit. With "bf16" as the second argument both runs use train.bf16 (TRL's defaults
 # are bf16 and gradient checkpointing together): the recomputation then has to run under the
-# forward's autocast, although backward starts after the forward's autocast scope has closed.
+# forward's autocast, although backward starts after the forward's autocast scope has closed; it also
+# checks what rayless says about train.bf16_products at start.
 set -uo pipefail
 rayless=$1
 mode=${2:-float32}
@@ -20,10 +21,19 @@ for checkpointing in false true; do
     > "$work/$checkpointing.log" 2>&1 || { cat "$work/$checkpointing.log"; exit 1; }
 done
 if [ "$mode" = bf16 ]; then
-  # train.bf16 on a CPU without bfloat16 matrix units warns once (rank 0), and only there
-  warnings=$(grep -c "train.bf16 = true on a CPU without bfloat16 matrix units" "$work/false.log")
+  # On a CPU without bfloat16 matrix units train.bf16_products = auto runs the bfloat16 products as
+  # float32 ones and says so once (rank 0); "bfloat16" there warns once that they are emulated. Where
+  # the CPU has the units, neither line.
   if grep -q -w -E "avx512_bf16|amx_bf16" /proc/cpuinfo; then expected=0; else expected=1; fi
-  [ "$warnings" = "$expected" ] || { echo "FAIL: $warnings bfloat16-units warnings, expected $expected"; cat "$work/false.log"; exit 1; }
+  said=$(grep -c "bfloat16 products run as float32 ones" "$work/false.log")
+  [ "$said" = "$expected" ] || { echo "FAIL: $said float32-products lines, expected $expected"; cat "$work/false.log"; exit 1; }
+  mpirun -np 2 --oversubscribe --bind-to none "$rayless" train --config configs/ci-small.toml --output "$work/emulated" \
+    --set train.max_steps=1 --set train.bf16=true --set train.bf16_products=bfloat16 > "$work/emulated.log" 2>&1 \
+    || { cat "$work/emulated.log"; exit 1; }
+  warnings=$(grep -c "train.bf16_products = \"bfloat16\" on a CPU without bfloat16 matrix units" "$work/emulated.log")
+  [ "$warnings" = "$expected" ] || { echo "FAIL: $warnings emulated-products warnings, expected $expected"; cat "$work/emulated.log"; exit 1; }
+  grep -q "^bf16_products = 'bfloat16'" "$work/emulated/config.resolved.toml" \
+    || { echo "FAIL: config.resolved.toml does not record train.bf16_products"; exit 1; }
 fi
 /usr/bin/python3 - "$work" "$mode" <<'PY'
 import json, math, os, sys

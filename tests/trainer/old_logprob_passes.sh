@@ -9,9 +9,10 @@ mode=${2:-float32}
 extra=()
 tolerance=1e-4
 if [ "$mode" = bf16 ]; then extra=(--set train.bf16=true); fi
-# Without bfloat16 matrix units oneDNN emulates bfloat16 products, and their rounding depends on the
-# operands' layout: a decode step's rows and the packed pass's round differently. transformers' own
-# log-probs for a row alone and in a batch differ by up to 0.016 on such a CPU (docs/models.md).
+# Without bfloat16 matrix units bfloat16 products run as float32 ones there (train.bf16_products =
+# auto), or emulated: either way their float32 sums run in an order that depends on the operands'
+# layout, so a decode step's rows and the packed pass's round differently. transformers' own log-probs
+# for a row alone and in a batch differ by up to 0.016 on such a CPU (docs/models.md).
 if [ "$mode" = bf16 ] && ! grep -q -w -E "avx512_bf16|amx_bf16" /proc/cpuinfo; then tolerance=2e-2; fi
 src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/rayless-mu.XXXXXX)

@@ -270,6 +270,7 @@ seed = {c['seed']}
 per_device_train_batch_size = {scen.global_batch_size // processes}
 gradient_accumulation_steps = {c['gradient_accumulation_steps']}
 bf16 = {v(scen.bf16)}
+bf16_products = "auto"
 gradient_checkpointing = {v(scen.gradient_checkpointing)}
 padding_free = {v(padding_free)}
 
@@ -326,6 +327,8 @@ def trl_settings(scen, out, threads):
         "seed": cfg["seed"],
         "optimizer steps": cfg["max_steps"],
         "log-prob layout": "padded [B, P + T]",  # TRL's only layout
+        # torch's autocast multiplies bfloat16 operands with LibTorch's bfloat16 kernels
+        "bfloat16 products": "LibTorch's bfloat16 kernels" if cfg["bf16"] else "none (float32)",
     }
 
 
@@ -364,7 +367,25 @@ def rayless_settings(scen, tool, out, threads):
         "seed": train["seed"],
         "optimizer steps": train["max_steps"],
         "log-prob layout": "packed (padding_free)" if train["padding_free"] else "padded [B, P + T]",
+        "bfloat16 products": bfloat16_products(train) if train["bf16"] else "none (float32)",
     }
+
+
+def cpu_has_bfloat16_units():
+    """AVX512-BF16 or AMX-BF16 in /proc/cpuinfo's flags, as rayless's CPUID check finds them."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def bfloat16_products(train):
+    """What rayless's train.bf16_products resolves to on this CPU (base/bfloat16_products.h)."""
+    setting = train.get("bf16_products", "auto")
+    if setting == "auto":
+        setting = "bfloat16" if cpu_has_bfloat16_units() else "float32"
+    return "LibTorch's bfloat16 kernels" if setting == "bfloat16" else "float32 kernels on bfloat16 values"
 
 
 def expected_difference(knob, longest_prompt):
@@ -373,6 +394,9 @@ def expected_difference(knob, longest_prompt):
         return "rayless-2 splits the same global batch over 2 ranks"
     if knob == "log-prob layout":
         return "the subject of rayless-1-padded vs rayless-1"
+    if knob == "bfloat16 products":
+        return ("no bfloat16 units on this CPU: rayless runs the same arithmetic (exact products, float32 "
+                "sums, one rounding) in float32 kernels, LibTorch emulates it (train.bf16_products = auto)")
     if knob == "max prompt length (tokens)" and longest_prompt <= RAYLESS_MAX_PROMPT_LENGTH:
         return f"no prompt is cut (longest: {longest_prompt} tokens)"
     return None

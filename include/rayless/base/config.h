@@ -134,6 +134,7 @@ struct TrainConfig {
   int64_t per_device_train_batch_size = 8;          // completions per rank per micro-step
   int64_t gradient_accumulation_steps = 1;
   bool bf16 = true;                                 // TRL's GRPOConfig default
+  std::string bf16_products = "auto";               // auto | bfloat16 | float32 (base/bfloat16_products.h)
   bool gradient_checkpointing = true;               // TRL's GRPOConfig default
   bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
   std::string output_dir = "runs/default";

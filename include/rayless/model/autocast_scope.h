@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/model/autocast_linear.h"
 
 namespace rayless {
@@ -34,6 +35,7 @@ class AutocastScope {
     at::autocast::set_autocast_dtype(type_, previous_dtype_);
     at::autocast::clear_cache();
     clear_autocast_linear_casts();
+    forget_widened_weight();
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;

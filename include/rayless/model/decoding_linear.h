@@ -5,7 +5,9 @@
 // autocast (train.bf16) the copy is taken in bfloat16 once per generation, as autocast would cast the
 // weight at every call, and oneDNN runs it on the CPU's bfloat16 units (AMX, AVX512-BF16) where present;
 // on CPUs with AMX the bfloat16 copy goes to rayless's own tile kernel instead (model/amx_linear.h),
-// with which a decode step of the 53M model took 9-30 % less time (docs/benchmarks.md).
+// with which a decode step of the 53M model took 9-30 % less time (docs/benchmarks.md). With
+// train.bf16_products = float32 (the default on CPUs without bfloat16 units) the bfloat16 values are
+// held and multiplied in float32 instead (bfloat16_products.h).
 #pragma once
 #include <torch/types.h>
 
@@ -43,6 +45,10 @@ class DecodingLinear {
   torch::Tensor fused_weight_;  // cat(weights) in the compute dtype, when not packed and not the parts as given
   torch::Tensor packed_weight_, fused_bias_;  // oneDNN's layout of cat(weights); cat(biases); compute dtype
   torch::Tensor amx_weight_;  // bfloat16 cat(weights) in AMX tiles' layout, where the CPU has them
+  // bfloat16 products widened to float32 (train.bf16_products, bfloat16_products.h): the packed or
+  // fused weight and the bias hold bfloat16 values in float32; inputs are rounded to bfloat16 and
+  // widened, outputs rounded once to bfloat16
+  bool widened_ = false;
   int64_t outputs_ = 0;       // rows of cat(weights)
 };
 
