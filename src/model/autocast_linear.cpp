@@ -3,8 +3,8 @@
 #include <ATen/ExpandUtils.h>
 #include <torch/autograd.h>
 
-#include "rayless/model/autocast_scope.h"
 #include "rayless/base/bfloat16_products.h"
+#include "rayless/model/autocast_scope.h"
 #include "rayless/model/transpose.h"
 
 namespace rayless {

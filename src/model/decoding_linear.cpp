@@ -10,9 +10,9 @@
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/error.h"
 #include "rayless/model/amx_linear.h"
-#include "rayless/base/bfloat16_products.h"
 
 namespace rayless {
 

@@ -8,12 +8,12 @@
 #include <ATen/ops/silu_backward.h>
 #include <set>
 
+#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
 #include "rayless/model/attention_kernel.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
-#include "rayless/base/bfloat16_products.h"
 #include "rayless/model/decoding_rotary.h"
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
