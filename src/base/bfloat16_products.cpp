@@ -33,6 +33,15 @@ bool widens_bfloat16_product(const torch::Tensor& a, const torch::Tensor& b) {
          b.scalar_type() == at::kBFloat16 && a.device().is_cpu() && b.device().is_cpu();
 }
 
+namespace {
+// linear on operands already widened (x and the weight holding bfloat16 values in float32), rounded
+// once to bfloat16. The product is a float32 one: autocast, where on, would lower it back to bfloat16.
+torch::Tensor rounded_float32_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  return torch::linear(x, weight, bias).to(at::kBFloat16);
+}
+}  // namespace
+
 // The widened products are float32 ones: autocast, where on, would lower them back to bfloat16.
 torch::Tensor bfloat16_aware_mm(const torch::Tensor& a, const torch::Tensor& b) {
   if (!widens_bfloat16_product(a, b)) return a.mm(b);
@@ -42,9 +51,8 @@ torch::Tensor bfloat16_aware_mm(const torch::Tensor& a, const torch::Tensor& b) 
 
 torch::Tensor bfloat16_aware_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (!widens_bfloat16_product(x, weight)) return torch::linear(x, weight, bias);
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const torch::Tensor wide_bias = bias.defined() ? bias.to(at::kFloat) : torch::Tensor();
-  return torch::linear(x.to(at::kFloat), weight.to(at::kFloat), wide_bias).to(at::kBFloat16);
+  return rounded_float32_linear(x.to(at::kFloat), weight.to(at::kFloat), wide_bias);
 }
 
 namespace {
@@ -80,9 +88,8 @@ torch::Tensor linear_as_autocast(const torch::Tensor& x, const torch::Tensor& we
   // widened once (the LM head during generation, frozen weights)
   if (torch::GradMode::is_enabled() && weight.requires_grad())
     return bfloat16_aware_linear(x.to(low), weight.to(low), bias.defined() ? bias.to(low) : torch::Tensor());
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const torch::Tensor wide_bias = bias.defined() ? bias.to(low).to(at::kFloat) : torch::Tensor();
-  return torch::linear(x.to(low).to(at::kFloat), widened_weight(weight), wide_bias).to(low);
+  return rounded_float32_linear(x.to(low).to(at::kFloat), widened_weight(weight), wide_bias);
 }
 
 }  // namespace rayless
