@@ -6,6 +6,9 @@
 // Under `mpirun -np N`, entropy_threshold cases with num_ranks == N run through the distributed
 // global_entropy_threshold (each rank feeding its own inputs/rank_R, methods "gather" and "select");
 // every other case runs on rank 0 only. Rank 0 prints.
+//
+// `--device cuda` (or any LibTorch device) runs the single-process cases with every input on that
+// device, compared in float64 on the CPU with the same tolerances (tools/gpu/device_check.sh).
 #include <dirent.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -19,6 +22,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <torch/cuda.h>
 
 #include "rayless/comm/communicator.h"
 #include "rayless/grpo/entropy_threshold.h"
@@ -54,10 +59,12 @@ class H5Handle {
 
 class CaseFile {
  public:
-  explicit CaseFile(const std::string& path) : path_(path), file_(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) {
+  CaseFile(const std::string& path, torch::Device device)
+      : path_(path), device_(device), file_(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose) {
     inputCheck(file_.get() >= 0, path, ": cannot open as an HDF5 file");
   }
   const std::string& path() const { return path_; }
+  torch::Device device() const { return device_; }
 
   bool has_attribute(const std::string& name) const { return H5Aexists(file_.get(), name.c_str()) > 0; }
 
@@ -149,11 +156,12 @@ class CaseFile {
     if (tensor.numel() > 0)
       inputCheck(H5Dread(dataset.get(), memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data_ptr()) >= 0, path_,
                  ": cannot read dataset '", dataset_path, "' as ", as);
-    return tensor;
+    return tensor.to(device_);
   }
 
  private:
   std::string path_;
+  torch::Device device_;
   H5Handle file_;
 };
 
@@ -201,7 +209,7 @@ CaseResult check_advantages(const CaseFile& file) {
   settings.multi_objective_aggregation =
       parse_choice<RewardAggregation>(file.text("multi_objective_aggregation"), file.path() + ": multi_objective_aggregation");
   auto rewards = file.read("inputs/rewards_per_func", torch::kFloat64);
-  auto weights_tensor = file.read("inputs/reward_weights", torch::kFloat64).contiguous();
+  auto weights_tensor = file.read("inputs/reward_weights", torch::kFloat64).cpu().contiguous();
   std::vector<double> weights(weights_tensor.data_ptr<double>(), weights_tensor.data_ptr<double>() + weights_tensor.numel());
   auto out = compute_advantages(rewards, weights, settings);
   CaseResult result;
@@ -221,7 +229,7 @@ CaseResult check_logprob(const CaseFile& file) {
   compare(result, "entropies (selective)", selective.entropies, expected_entropies, kTolerance32);
   // fused path: the logits as hidden states through an identity LM head (an exact matmul)
   const int64_t vocab = logits.size(2);
-  auto fused = fused_logprobs(logits, torch::eye(vocab, torch::kFloat32), torch::Tensor(), ids, 1.0, 5);
+  auto fused = fused_logprobs(logits, torch::eye(vocab, logits.options()), torch::Tensor(), ids, 1.0, 5);
   compare(result, "logps (fused)", fused.logps, expected_logps, kTolerance32);
   compare(result, "entropies (fused)", fused.entropies, expected_entropies, kTolerance32);
   return result;
@@ -296,7 +304,8 @@ std::vector<torch::Tensor> threshold_inputs(const CaseFile& file, int64_t ranks)
   std::vector<torch::Tensor> values;
   for (int64_t r = 0; r < ranks; ++r) {
     const std::string name = str("inputs/rank_", r);
-    values.push_back(file.has(name) ? file.read(name, torch::kFloat32).reshape({-1}) : torch::empty({0}, torch::kFloat32));
+    values.push_back(file.has(name) ? file.read(name, torch::kFloat32).reshape({-1})
+                                    : torch::empty({0}, torch::TensorOptions(torch::kFloat32).device(file.device())));
   }
   return values;
 }
@@ -324,10 +333,16 @@ CaseResult check_threshold_distributed(const CaseFile& file, Communicator& comm)
   const double expected = file.read("expected/threshold", torch::kFloat64).item<double>();
   CaseResult result;
   for (const auto& [method, name] : choice_names<EntropyThresholdMethod>()) {
-    const float got = global_entropy_threshold(comm, inputs[comm.rank()], top, method).value;
+    // the MPI communicator takes host tensors
+    const float got = global_entropy_threshold(comm, inputs[comm.rank()].cpu(), top, method).value;
     compare_threshold(result, str("threshold (", name, ", ", comm.size(), " ranks)"), got, expected);
   }
   return result;
+}
+
+// Under mpirun the distributed cases keep their inputs on the host (the MPI communicator's tensors).
+torch::Device distributed_device(const Runtime& runtime, torch::Device device) {
+  return runtime.size() > 1 ? torch::Device(torch::kCPU) : device;
 }
 
 std::vector<std::string> case_files(const std::string& directory) {
@@ -344,7 +359,7 @@ std::vector<std::string> case_files(const std::string& directory) {
   return files;
 }
 
-int run(Runtime& runtime, const std::string& directory) {
+int run(Runtime& runtime, const std::string& directory, torch::Device device) {
   auto comm = make_mpi_communicator(runtime.world());
   const bool root = runtime.is_rank0();
   int passed = 0, failed = 0, distributed_cases = 0;
@@ -353,7 +368,7 @@ int run(Runtime& runtime, const std::string& directory) {
     CaseResult result;
     bool ran_here = root;
     try {
-      CaseFile file(path);
+      CaseFile file(path, distributed_device(runtime, device));
       const std::string kind = file.text("kind");
       const bool distributed = kind == "entropy_threshold" && runtime.size() > 1 &&
                                static_cast<int>(file.number("num_ranks")) == runtime.size();
@@ -398,12 +413,31 @@ int run(Runtime& runtime, const std::string& directory) {
 
 int main(int argc, char** argv) {
   rayless::Runtime runtime(&argc, &argv);
-  if (argc != 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    if (runtime.is_rank0()) std::cerr << "usage: rayless-refcheck DIR   (runs every *.h5 reference case in DIR)\n";
-    return argc == 2 ? 0 : rayless::kExitInput;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool help = !args.empty() && (args[0] == "--help" || args[0] == "-h");
+  std::string device_name = "cpu";
+  if (args.size() == 3 && args[0] == "--device") {
+    device_name = args[1];
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  if (help || args.size() != 1) {
+    if (runtime.is_rank0())
+      std::cerr << "usage: rayless-refcheck [--device DEVICE] DIR   (runs every *.h5 reference case in DIR)\n";
+    return help ? 0 : rayless::kExitInput;
+  }
+  torch::Device device = torch::kCPU;
+  try {
+    device = torch::Device(device_name);
+  } catch (const c10::Error&) {
+    if (runtime.is_rank0()) rayless::print_error("rayless-refcheck: --device '" + device_name + "' is not a device (cpu, cuda, cuda:1, ...)");
+    return rayless::kExitInput;
+  }
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    if (runtime.is_rank0()) rayless::print_error("rayless-refcheck: --device " + device_name + ": no CUDA device here");
+    return rayless::kExitInput;
   }
   try {
-    return rayless::run(runtime, argv[1]);
+    return rayless::run(runtime, args[0], device);
   } catch (const std::exception& error) {
     if (runtime.is_rank0()) rayless::print_error(error.what());
     return rayless::exit_code_for(error);

@@ -201,8 +201,9 @@ void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropi
     LogprobsAndEntropies old =
         policy_logprobs(policy_, rows.prompt_ids, rows.completion_ids, rows.completion_mask, rows.prompt_width());
     ++old_logprob_passes_;
-    rows.old_logps = old.logps.to(logp_dtype_);
-    entropies = old.entropies.to(logp_dtype_);
+    // the batch lives on the host (micro-batches are cut from it by host indices); found on a GPU
+    rows.old_logps = old.logps.to(torch::kCPU, logp_dtype_);
+    entropies = old.entropies.to(torch::kCPU, logp_dtype_);
   }
   if (cfg_.grpo.beta > 0) {
     // with LoRA the reference is the policy's own base: adapters off for this pass
@@ -210,7 +211,7 @@ void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropi
     if (cfg_.lora.enabled) base_only.emplace(policy_);
     LogprobsAndEntropies ref = policy_logprobs(cfg_.lora.enabled ? policy_ : reference_, rows.prompt_ids,
                                                rows.completion_ids, rows.completion_mask, rows.prompt_width());
-    rows.ref_logps = ref.logps.to(logp_dtype_);
+    rows.ref_logps = ref.logps.to(torch::kCPU, logp_dtype_);
   }
 }
 

@@ -4,10 +4,12 @@
 # GPU (bf16, fused log-probs, mu = 2, top_entropy_quantile = 0.2), stops it with SIGUSR1 and resumes it,
 # and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
 # is timed and logged; a failing step is recorded and the next one still runs. Everything lands in
-# $OUT (default gpu-check-out/): device_check.log, steps.tsv, figures.json.
+# $OUT (default gpu-check-out/): device_check.log, steps.tsv, figures.json, metrics.jsonl (the training
+# run's), gpu_memory_mib.txt. The model and the run's checkpoints (gigabytes) go to $WORK (default
+# $OUT/work), which the device run points outside $OUT so that only the small files come back.
 #
 #   tools/gpu/fetch_deps.sh                           # here: the Debian packages the device lacks
-#   run (carry .gpu-deps): OUT=$OUT tools/gpu/device_check.sh    # on the GPU machine, < 8 minutes
+#   run (carry .gpu-deps): WORK=/tmp/gpu-check tools/gpu/device_check.sh   # on the GPU machine, < 9 minutes
 #   tools/gpu/device_check.sh --dry-run               # here, on the CPU: the same steps with the
 #                                                     # existing build/ and the tiny model (ctest
 #                                                     # "gpu-device-check-dry-run" runs it)
@@ -23,7 +25,8 @@ for arg in "$@"; do
   esac
 done
 OUT=${OUT:-$root_dir/gpu-check-out}
-mkdir -p "$OUT"
+WORK=${WORK:-$OUT/work}
+mkdir -p "$OUT" "$WORK"
 exec > >(tee "$OUT/device_check.log") 2>&1
 : > "$OUT/steps.tsv"
 start_all=$(date +%s)
@@ -64,15 +67,45 @@ use_carried_packages() {
   export CMAKE_PREFIX_PATH=$usr:${CMAKE_PREFIX_PATH:-}
   export HDF5_ROOT=$usr/lib/$arch/hdf5/serial
   export PKG_CONFIG_PATH=$usr/lib/$arch/pkgconfig:$usr/share/pkgconfig:${PKG_CONFIG_PATH:-}
+  # the carried .pc files say prefix=/usr: read them relative to the prefix (PCRE2's -I and -L)
+  export PKG_CONFIG_SYSROOT_DIR=$prefix
   export RAYLESS_CMAKE_ARGS="-DMPI_C_COMPILER=$prefix/bin/mpicc -DMPI_CXX_COMPILER=$prefix/bin/mpicxx -DHDF5_C_COMPILER_EXECUTABLE=/nonexistent ${RAYLESS_CMAKE_ARGS:-}"
   say "packages from $prefix (OPAL_PREFIX=$OPAL_PREFIX)"
 }
 
+# The CUDA toolkit and NCCL as the machine has them: LibTorch's CMake config finds CUDA through
+# CUDA_TOOLKIT_ROOT_DIR (a wrapper script named nvcc on the PATH hides the toolkit's folder), and
+# NCCL comes with PyTorch as the nvidia-nccl wheel (nccl.h and libnccl.so.2, no unversioned link).
+use_cuda_and_nccl() {
+  local cuda_home="" d
+  for d in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent)")")")"; do
+    [ -n "$d" ] && [ -f "$d/include/cuda_runtime_api.h" ] && cuda_home=$d && break
+  done
+  [ -n "$cuda_home" ] || { say "no CUDA toolkit (CUDA_HOME, /usr/local/cuda, nvcc on the PATH)"; return 1; }
+  local nccl_include=${RAYLESS_NCCL_INCLUDE_DIR:-}
+  [ -n "$nccl_include" ] || nccl_include=$(python3 - <<'PY'
+import glob, os, site, sys
+roots = [p for p in sys.path if os.path.isdir(p)] + site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for header in sorted(glob.glob(os.path.join(root, "nvidia", "**", "nccl.h"), recursive=True)):
+        print(os.path.dirname(header)); sys.exit(0)
+PY
+)
+  [ -n "$nccl_include" ] && [ -f "$nccl_include/nccl.h" ] || [ -f "$cuda_home/include/nccl.h" ] \
+    || { say "no nccl.h beside CUDA or in python3's nvidia packages"; return 1; }
+  export CUDA_HOME=$cuda_home PATH=$cuda_home/bin:$PATH
+  export RAYLESS_CMAKE_ARGS="-DCUDA_TOOLKIT_ROOT_DIR=$cuda_home -DCUDAToolkit_ROOT=$cuda_home ${nccl_include:+-DRAYLESS_NCCL_INCLUDE_DIR=$nccl_include} ${RAYLESS_CMAKE_ARGS:-}"
+  [ -n "$nccl_include" ] && export LD_LIBRARY_PATH=$nccl_include/../lib:${LD_LIBRARY_PATH:-}
+  say "CUDA toolkit $cuda_home; nccl.h in ${nccl_include:-$cuda_home/include}"
+}
+
 versions() {
+  ldd --version | head -1; cmake --version | head -1; c++ --version | head -1
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   command -v nvcc >/dev/null && nvcc --version | tail -2
   python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>/dev/null
   "$build_dir/rayless" version
+  echo "cpu: $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); bfloat16 units: $(grep -o -w -m1 -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 }
 
 if [ $dry_run = 1 ]; then
@@ -83,52 +116,69 @@ else
   build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json steps=4 bench_model=0.5b
   logprob_sizes=large
   step deps use_carried_packages
+  step cuda use_cuda_and_nccl
   torch_dir=$(python3 -c 'import torch.utils, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
-  step build env Torch_DIR="$torch_dir" RAYLESS_CUDA=ON RAYLESS_NO_APT=1 RAYLESS_BUILD_DIR=$build_dir ./tools/setup.sh
+  # only what the steps below run: the whole tree takes minutes more on the device's cores
+  step build env Torch_DIR="$torch_dir" RAYLESS_CUDA=ON RAYLESS_NO_APT=1 RAYLESS_BUILD_DIR=$build_dir \
+    RAYLESS_BUILD_TARGETS="rayless rayless-bench rayless-refcheck test-devices test-devices-mpi test-comm-mpi test-model test-sampler" \
+    ./tools/setup.sh
 fi
 step versions versions
 
 # ---- 1. backends and models against the CPU ------------------------------------------------------
 # one GPU: NCCL refuses two ranks on one device, so the NCCL tests run at np 1 (they say so at np > 1)
-step nccl-vs-mpi mpirun -np 1 "$build_dir/tests/test-devices-mpi"
-step cuda-vs-cpu "$build_dir/tests/test-devices"
-step comm-np2 mpirun -np 2 "$build_dir/tests/test-comm-mpi"
-step refcheck ctest --test-dir "$build_dir" -R refcheck --output-on-failure --no-tests=error
-step golden ctest --test-dir "$build_dir" -R "^(model|sampler):golden" --output-on-failure --no-tests=error
+# every command under a time limit: a hang in one (an NCCL init, say) must not use up the device run
+step nccl-vs-mpi timeout 120 mpirun -np 1 "$build_dir/tests/test-devices-mpi"
+step cuda-vs-cpu timeout 180 "$build_dir/tests/test-devices"
+step comm-np2 timeout 120 mpirun -np 2 "$build_dir/tests/test-comm-mpi"
+step refcheck timeout 180 ctest --test-dir "$build_dir" -R "^grpo-refcheck" --output-on-failure --no-tests=error
+step refcheck-device timeout 120 "$build_dir/rayless-refcheck" --device "$device" tests/data/trl-reference
+step golden timeout 300 ctest --test-dir "$build_dir" -R "^(model|sampler):golden" --output-on-failure --no-tests=error
 
 # ---- 2. train on the device, stop with SIGUSR1, resume ------------------------------------------
-model_dir=$OUT/model
-rm -rf "$model_dir" "$OUT/run"
-step init-model "$build_dir/rayless-bench" init-model --config-json "$model_json" --out "$model_dir"
+model_dir=$WORK/model run_dir=$WORK/run
+rm -rf "$model_dir" "$run_dir"
+step init-model timeout 120 "$build_dir/rayless-bench" init-model --config-json "$model_json" --out "$model_dir"
 train_args=(--config configs/demo.toml --set "model.path=\"$model_dir\"" --set model.device="$device" --set model.dtype="$dtype"
             --set train.bf16=false --set grpo.num_iterations=2 --set grpo.top_entropy_quantile=0.2
             --set generation.max_completion_length=128 --set grpo.num_generations=8 --set train.per_device_train_batch_size=16
             --set checkpoint.save_steps=1000 --set log.logging_steps=1)
 train_until_signal() {
-  "$build_dir/rayless" train "${train_args[@]}" --output "$OUT/run" --set train.max_steps=100 &
+  # not under timeout(1): it would take the SIGUSR1 itself; a watchdog ends a run that ignores it
+  "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set train.max_steps=100 &
   local pid=$! i
   for ((i = 0; i < 600; i++)); do
-    [ "$(wc -l < "$OUT/run/metrics.jsonl" 2>/dev/null || echo 0)" -ge "$steps" ] && break
+    [ "$(wc -l < "$run_dir/metrics.jsonl" 2>/dev/null || echo 0)" -ge "$steps" ] && break
     kill -0 $pid 2>/dev/null || break
     sleep 0.5
   done
   kill -USR1 $pid 2>/dev/null
+  (sleep 120; kill -9 $pid 2>/dev/null) &
+  local watchdog=$!
   wait $pid
   local rc=$?
+  kill $watchdog 2>/dev/null
   say "train exited $rc after SIGUSR1 (3 = checkpointed)"
   [ $rc -eq 3 ]
 }
+# the GPU's memory as nvidia-smi sees it (the CUDA context and the caching allocator's reserve
+# included), sampled every 200 ms while the two training runs go; its largest value goes in figures.json
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$OUT/gpu_memory_mib.txt" 2>/dev/null &
+  gpu_memory_sampler=$!
+fi
 step train-signal train_until_signal
 resume_once() {
-  local done_steps=$(wc -l < "$OUT/run/metrics.jsonl")
-  "$build_dir/rayless" train "${train_args[@]}" --output "$OUT/run" --set "train.max_steps=$((done_steps + 1))" --resume auto
+  local done_steps=$(wc -l < "$run_dir/metrics.jsonl")
+  timeout 120 "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set "train.max_steps=$((done_steps + 1))" --resume auto
 }
 step train-resume resume_once
+[ -n "${gpu_memory_sampler:-}" ] && kill "$gpu_memory_sampler" 2>/dev/null
 
 # ---- 3. measurements ------------------------------------------------------------------------------
-step bench-model "$build_dir/rayless-bench" model --model "$bench_model" --device "$device"
+step bench-model timeout 120 "$build_dir/rayless-bench" model --model "$bench_model" --device "$device"
 # (the log-prob bench measures host memory: on the GPU machine it times the CPU pass; see docs/benchmarks.md)
-step bench-logprobs "$build_dir/rayless-bench" logprobs --sizes "$logprob_sizes" --methods selective,fused
+step bench-logprobs timeout 120 "$build_dir/rayless-bench" logprobs --sizes "$logprob_sizes" --methods selective,fused
 matmul() {
   python3 - "$device" <<'PY'
 import sys, time
@@ -150,16 +200,30 @@ PY
 step matmul matmul
 
 # ---- 4. figures ------------------------------------------------------------------------------------
+cp "$run_dir/metrics.jsonl" "$OUT/metrics.jsonl" 2>/dev/null
+# LibTorch's error backtraces name rayless's own frames only by offset: add function and line
+symbolize() {
+  local offsets
+  offsets=$(grep -o -E '\+ 0x[0-9a-f]+ \(0x[0-9a-f]+ in [^)]*rayless[^)]*\)' "$OUT/device_check.log" | awk '{print $2}' | sort -u | head -40)
+  [ -z "$offsets" ] && return 0
+  say "rayless frames in the errors above:"
+  addr2line -f -C -i -p -e "$build_dir/rayless" $offsets
+}
+symbolize
 python3 - "$OUT" "$device" <<'PY'
 import json, os, sys
 out, device = sys.argv[1:3]
 steps = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps.tsv"))]
 figures = {"device": device, "steps": {name: {"exit": int(rc), "seconds": float(s)} for name, rc, s in steps}}
-metrics_path = os.path.join(out, "run", "metrics.jsonl")
+metrics_path = os.path.join(out, "metrics.jsonl")
 if os.path.exists(metrics_path):
     rows = [json.loads(l) for l in open(metrics_path) if l.strip()]
     keys = ["tokens_per_second", "time/sampling", "time/train", "step_time", "memory/peak_rss_mb", "entropy_threshold", "loss"]
     figures["train"] = [{k: r.get(k) for k in ["step"] + keys} for r in rows]
+memory_path = os.path.join(out, "gpu_memory_mib.txt")
+if os.path.exists(memory_path):
+    used = [int(v) for v in open(memory_path).read().split() if v.strip().isdigit()]
+    figures["gpu_memory_used_peak_mib"] = max(used) if used else None
 json.dump(figures, open(os.path.join(out, "figures.json"), "w"), indent=1)
 failed = [name for name, rc, _ in steps if rc != "0"]
 print("device-check: figures in", os.path.join(out, "figures.json"), "; failed steps:", failed or "none")

@@ -5,7 +5,8 @@
 # folder (the run tool's carry: [".gpu-deps"]) and tools/gpu/device_check.sh unpacks it with
 # dpkg-deb -x into .gpu-deps/prefix, never into /. The closure takes the first of each "a | b"
 # alternative and leaves out what every glibc system has and what a build does not use (compilers,
-# Fortran, perl, docs).
+# Fortran, perl, docs). libpcre2-8-0 is carried although most systems have it: libpcre2-dev's
+# libpcre2-8.so points at it inside the prefix.
 #   tools/gpu/fetch_deps.sh     # prints the packages and the total size (the carry limit is 64 MiB)
 set -euo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -16,7 +17,7 @@ import re, subprocess
 wanted = ["openmpi-bin", "libopenmpi-dev", "libhdf5-dev", "libtomlplusplus-dev", "libboost-program-options1.74-dev",
           "catch2", "nlohmann-json3-dev", "libpcre2-dev"]
 skip = re.compile(r"^(libc6|libc6-dev|libc-dev-bin|libgcc-s1|libstdc\+\+6|libstdc\+\+-.*-dev|zlib1g|libzstd1|liblzma5|"
-                  r"libbz2-1\.0|libssl3|libcrypt1|libcrypt-dev|linux-libc-dev|libselinux1|libpcre2-8-0|libtinfo6|"
+                  r"libbz2-1\.0|libssl3|libcrypt1|libcrypt-dev|linux-libc-dev|libselinux1|libtinfo6|"
                   r"libgmp10|libffi8|libsystemd0|libudev1|libcap2|libgcrypt20|libgpg-error0|liblz4-1|debconf|"
                   r"perl.*|libperl.*|dpkg|tar|gcc.*|g\+\+.*|cpp.*|binutils.*|gfortran.*|libgfortran-.*-dev|"
                   r"libgcc-.*-dev|flang.*|libflang.*|libllvm.*|libclang.*|libmlir.*|openssh-client|"
