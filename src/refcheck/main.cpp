@@ -7,7 +7,7 @@
 // global_entropy_threshold (each rank feeding its own inputs/rank_R, methods "gather" and "select");
 // every other case runs on rank 0 only. Rank 0 prints.
 //
-// `--device cuda` (or any LibTorch device) runs the single-process cases with every input on that
+// `--device cuda` (or any LibTorch device) runs the cases with every input on that
 // device, compared in float64 on the CPU with the same tolerances (tools/gpu/device_check.sh).
 #include <dirent.h>
 #include <hdf5.h>
@@ -340,11 +340,6 @@ CaseResult check_threshold_distributed(const CaseFile& file, Communicator& comm)
   return result;
 }
 
-// Under mpirun the distributed cases keep their inputs on the host (the MPI communicator's tensors).
-torch::Device distributed_device(const Runtime& runtime, torch::Device device) {
-  return runtime.size() > 1 ? torch::Device(torch::kCPU) : device;
-}
-
 std::vector<std::string> case_files(const std::string& directory) {
   DIR* dir = opendir(directory.c_str());
   inputCheck(dir != nullptr, "refcheck: cannot open directory ", directory);
@@ -368,7 +363,7 @@ int run(Runtime& runtime, const std::string& directory, torch::Device device) {
     CaseResult result;
     bool ran_here = root;
     try {
-      CaseFile file(path, distributed_device(runtime, device));
+      CaseFile file(path, device);
       const std::string kind = file.text("kind");
       const bool distributed = kind == "entropy_threshold" && runtime.size() > 1 &&
                                static_cast<int>(file.number("num_ranks")) == runtime.size();
