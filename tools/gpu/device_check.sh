@@ -111,9 +111,11 @@ versions() {
 if [ $dry_run = 1 ]; then
   say "dry run on the CPU: build/, tiny model, float32"
   build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json steps=3 bench_model=tiny logprob_sizes=small
+  variant_args=(--set train.max_steps=1 --set generation.max_completion_length=16)
   [ $build = 1 ] && step build ./tools/setup.sh
 else
   build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json steps=4 bench_model=0.5b
+  variant_args=(--set train.max_steps=2)
   logprob_sizes=large
   step deps use_carried_packages
   step cuda use_cuda_and_nccl
@@ -137,7 +139,7 @@ step golden timeout 300 ctest --test-dir "$build_dir" -R "^(model|sampler):golde
 
 # ---- 2. train on the device, stop with SIGUSR1, resume ------------------------------------------
 model_dir=$WORK/model run_dir=$WORK/run
-rm -rf "$model_dir" "$run_dir"
+rm -rf "$model_dir" "$run_dir" "$WORK"/variant-*
 step init-model timeout 120 "$build_dir/rayless-bench" init-model --config-json "$model_json" --out "$model_dir"
 train_args=(--config configs/demo.toml --set "model.path=\"$model_dir\"" --set model.device="$device" --set model.dtype="$dtype"
             --set train.bf16=false --set grpo.num_iterations=2 --set grpo.top_entropy_quantile=0.2
@@ -153,10 +155,12 @@ train_until_signal() {
     sleep 0.5
   done
   kill -USR1 $pid 2>/dev/null
-  (sleep 120; kill -9 $pid 2>/dev/null) &
+  # away from stdout, or the pipe that collects this script's output would wait for its sleep
+  (exec >/dev/null 2>&1; sleep 120; kill -9 $pid) &
   local watchdog=$!
   wait $pid
   local rc=$?
+  pkill -P $watchdog 2>/dev/null
   kill $watchdog 2>/dev/null
   say "train exited $rc after SIGUSR1 (3 = checkpointed)"
   [ $rc -eq 3 ]
@@ -174,6 +178,18 @@ resume_once() {
 }
 step train-resume resume_once
 [ -n "${gpu_memory_sampler:-}" ] && kill "$gpu_memory_sampler" 2>/dev/null
+
+# the other training paths, a short run each: the reference model's pass (beta > 0), LoRA, gradient
+# checkpointing, the padded log-prob layout, and bfloat16 autocast over float32 weights (TRL's default)
+train_variant() {
+  local name=$1; shift
+  timeout 240 "$build_dir/rayless" train "${train_args[@]}" --output "$WORK/variant-$name" "${variant_args[@]}" "$@"
+}
+step train-beta train_variant beta --set grpo.beta=0.04
+step train-lora train_variant lora --set lora.enabled=true
+step train-checkpointing train_variant checkpointing --set train.gradient_checkpointing=true
+step train-padded train_variant padded --set train.padding_free=false
+step train-autocast train_variant autocast --set model.dtype=float32 --set train.bf16=true
 
 # ---- 3. measurements ------------------------------------------------------------------------------
 step bench-model timeout 120 "$build_dir/rayless-bench" model --model "$bench_model" --device "$device"
