@@ -9,11 +9,14 @@
 //       tools/bench/experiments/op_times.cpp -L$T/lib -Wl,-rpath,$T/lib -ltorch_cpu -lc10 -o /tmp/libop_times.so
 //   LD_PRELOAD=/tmp/libop_times.so build/rayless train --config ... &   # then, between steps:
 //   kill -USR2 <pid>    # first: forget what came before; later: print the window to stderr
+//   OP_TIMES_AT_EXIT=1 LD_PRELOAD=... rayless generate ...   # or: print the whole run once, at exit
+//                                                            # (tools/gpu/device_check.sh's profile step)
 #include <ATen/record_function.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -76,6 +79,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* context) {
 
 const bool installed = [] {
   std::signal(SIGUSR2, [](int) { print_requested = 1; });
+  if (std::getenv("OP_TIMES_AT_EXIT")) std::atexit(print_window);
   at::addGlobalCallback(
       at::RecordFunctionCallback(on_enter, on_exit).scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
   return true;
