@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "rayless/comm/communicator.h"
 #include "rayless/model/amx_linear.h"
+#include "rayless/model/avx2_linear.h"
 
 namespace rayless::cli {
 
@@ -36,6 +37,7 @@ int version(const Args& args) {
             << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << "\n"
             << "allocator " << allocator << "\n"
             << "onednn kernel cache " << onednn_cache << "\n"
+            << "float32 decoding " << avx2::describe() << "\n"
             << "bfloat16 decoding " << amx::describe() << std::endl;
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "rayless/base/bfloat16_products.h"
 #include "rayless/base/error.h"
 #include "rayless/model/amx_linear.h"
+#include "rayless/model/avx2_linear.h"
 
 namespace rayless {
 
@@ -79,7 +80,9 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
     widened_ = true;
     const torch::Tensor rounded = fused_in(weights, torch::kBFloat16).to(torch::kFloat32);
     if (fused_bias_.defined()) fused_bias_ = fused_bias_.to(torch::kFloat32);
-    if (packable(weights.front(), torch::kFloat32)) {
+    if (avx2::available()) {
+      avx2_weight_ = avx2::pack({rounded});
+    } else if (packable(weights.front(), torch::kFloat32)) {
       torch::jit::Stack stack{rounded, c10::IValue()};
       reorder_op()->callBoxed(&stack);
       packed_weight_ = stack.at(0).toTensor();
@@ -90,6 +93,8 @@ DecodingLinear::DecodingLinear(const std::vector<torch::Tensor>& weights, const 
   } else if (compute_dtype == torch::kBFloat16 && weights.front().device().is_cpu() && amx::available() &&
       amx::fits(outputs_, inputs)) {
     amx_weight_ = amx::pack(weights);  // cast and laid out in one pass, no fused copy first
+  } else if (compute_dtype == torch::kFloat32 && weights.front().device().is_cpu() && !cast && avx2::available()) {
+    avx2_weight_ = avx2::pack(weights);  // laid out from the parts in one pass, no fused copy first
   } else if (packable(weights.front(), compute_dtype)) {
     torch::jit::Stack stack{fused_in(weights, compute_dtype), c10::IValue()};
     reorder_op()->callBoxed(&stack);
@@ -104,15 +109,18 @@ torch::Tensor DecodingLinear::operator()(const torch::Tensor& x) const {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(in, 1);
   std::optional<c10::impl::ExcludeDispatchKeyGuard> no_autocast;  // widened products are float32 ones,
   if (widened_) no_autocast.emplace(c10::autocast_dispatch_keyset);  // which autocast would lower again
-  const bool on_packed = amx_weight_.defined() || (packed_weight_.defined() && rows >= packed_min_rows_);
+  const bool on_packed =
+      amx_weight_.defined() || avx2_weight_.defined() || (packed_weight_.defined() && rows >= packed_min_rows_);
   if (on_packed) {
-    // both packed kernels take [rows, in] in the compute dtype and give [rows, outputs]; widened:
+    // the packed kernels take [rows, in] in the compute dtype and give [rows, outputs]; widened:
     // the input rounded to bfloat16, in float32, and the output rounded once
     auto flat = x.reshape({rows, in}).to(compute_dtype_).contiguous();
     if (widened_) flat = flat.to(torch::kFloat32);
     torch::Tensor y;
     if (amx_weight_.defined()) {
       y = amx::linear(flat, amx_weight_, outputs_, fused_bias_);
+    } else if (avx2_weight_.defined()) {
+      y = avx2::linear(flat, avx2_weight_, outputs_, fused_bias_);
     } else {
       torch::jit::Stack stack{flat, packed_weight_, fused_bias_.defined() ? c10::IValue(fused_bias_) : c10::IValue(),
                               c10::IValue(std::string("none")), c10::IValue(c10::List<std::optional<at::Scalar>>()),

@@ -29,6 +29,7 @@ struct Product {
 
 const char* kernel_of(const DecodingLinear& linear) {
   if (linear.on_amx_tiles()) return "AMX tiles";
+  if (linear.on_avx2_rows()) return "AVX2 rows";
   return linear.packed() ? "oneDNN, packed" : "torch::linear";
 }
 }  // namespace

@@ -5,7 +5,9 @@
 // autocast (train.bf16) the copy is taken in bfloat16 once per generation, as autocast would cast the
 // weight at every call, and oneDNN runs it on the CPU's bfloat16 units (AMX, AVX512-BF16) where present;
 // on CPUs with AMX the bfloat16 copy goes to rayless's own tile kernel instead (model/amx_linear.h),
-// with which a decode step of the 53M model took 9-30 % less time (docs/benchmarks.md). With
+// with which a decode step of the 53M model took 9-30 % less time (docs/benchmarks.md). On CPUs
+// with AVX2 but no AVX-512 the float32 copy goes to rayless's AVX2 rows kernel (model/avx2_linear.h),
+// at every row count. With
 // train.bf16_products = float32 (the default on CPUs without bfloat16 units) the bfloat16 values are
 // held and multiplied in float32 instead (bfloat16_products.h).
 #pragma once
@@ -34,9 +36,11 @@ class DecodingLinear {
   // bfloat16 weight is faster at every row count (measured from 1 row), so it has no such limit.
   static constexpr int64_t kPackedMinRowsFloat32 = 4;
   torch::ScalarType compute_dtype() const { return compute_dtype_; }
-  bool packed() const { return packed_weight_.defined() || amx_weight_.defined(); }
+  bool packed() const { return packed_weight_.defined() || amx_weight_.defined() || avx2_weight_.defined(); }
   // the bfloat16 weight is in AMX tiles' layout (model/amx_linear.h) rather than oneDNN's
   bool on_amx_tiles() const { return amx_weight_.defined(); }
+  // the float32 weight is in the AVX2 rows kernel's layout (model/avx2_linear.h) rather than oneDNN's
+  bool on_avx2_rows() const { return avx2_weight_.defined(); }
 
  private:
   std::vector<torch::Tensor> weights_, biases_;  // the parts, as given
@@ -45,6 +49,7 @@ class DecodingLinear {
   torch::Tensor fused_weight_;  // cat(weights) in the compute dtype, when not packed and not the parts as given
   torch::Tensor packed_weight_, fused_bias_;  // oneDNN's layout of cat(weights); cat(biases); compute dtype
   torch::Tensor amx_weight_;  // bfloat16 cat(weights) in AMX tiles' layout, where the CPU has them
+  torch::Tensor avx2_weight_;  // float32 cat(weights) in the AVX2 kernel's layout, on CPUs without AVX-512
   // bfloat16 products widened to float32 (train.bf16_products, bfloat16_products.h): the packed or
   // fused weight and the bias hold bfloat16 values in float32; inputs are rounded to bfloat16 and
   // widened, outputs rounded once to bfloat16
