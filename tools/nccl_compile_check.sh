@@ -7,11 +7,8 @@ root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root_dir"
 if [ ! -d src/comm/nccl ]; then echo "nccl-check: no src/comm/nccl yet"; exit 0; fi
 # the CUDA toolkit: CUDA_HOME, /usr/local/cuda, or two levels above nvcc — whichever has the headers
-cuda_home=""
-for d in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent)")")")"; do
-  [ -n "$d" ] && [ -f "$d/include/cuda_runtime_api.h" ] && cuda_home=$d && break
-done
-[ -n "$cuda_home" ] || { echo "nccl-check: error: CUDA runtime headers not found (set CUDA_HOME)" >&2; exit 2; }
+. tools/cuda_home.sh
+cuda_home=$(find_cuda_home) || { echo "nccl-check: error: CUDA runtime headers not found (set CUDA_HOME)" >&2; exit 2; }
 include_dir=${RAYLESS_NCCL_INCLUDE_DIR:-}
 if [ -z "$include_dir" ]; then
   for d in "$cuda_home/include" /usr/include .venv/nccl-include; do

@@ -77,11 +77,9 @@ use_carried_packages() {
 # CUDA_TOOLKIT_ROOT_DIR (a wrapper script named nvcc on the PATH hides the toolkit's folder), and
 # NCCL comes with PyTorch as the nvidia-nccl wheel (nccl.h and libnccl.so.2, no unversioned link).
 use_cuda_and_nccl() {
-  local cuda_home="" d
-  for d in "${CUDA_HOME:-}" /usr/local/cuda "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent)")")")"; do
-    [ -n "$d" ] && [ -f "$d/include/cuda_runtime_api.h" ] && cuda_home=$d && break
-  done
-  [ -n "$cuda_home" ] || { say "no CUDA toolkit (CUDA_HOME, /usr/local/cuda, nvcc on the PATH)"; return 1; }
+  local cuda_home
+  . tools/cuda_home.sh
+  cuda_home=$(find_cuda_home) || { say "no CUDA toolkit (CUDA_HOME, /usr/local/cuda, nvcc on the PATH)"; return 1; }
   local nccl_include=${RAYLESS_NCCL_INCLUDE_DIR:-}
   [ -n "$nccl_include" ] || nccl_include=$(python3 - <<'PY'
 import glob, os, site, sys
