@@ -30,6 +30,18 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_fma() {
+#ifdef RAYLESS_X86_KERNELS
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_bfloat16_units() {
 #ifdef RAYLESS_X86_KERNELS
   static const bool has = [] {

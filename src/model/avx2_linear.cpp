@@ -31,18 +31,6 @@ bool switched_off_by_environment() {
   return value && std::string(value) == "0";
 }
 
-bool cpu_has_fma() {
-#ifdef RAYLESS_X86_KERNELS
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma") != 0;
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
-
 // Where oneDNN has AVX-512 kernels it keeps the products (measured no slower than a hand-written
 // AVX-512 kernel, docs/benchmarks.md, "AMX tiles for the decode step's products").
 bool kernel_usable() {
