@@ -10,6 +10,7 @@
 #include "rayless/comm/communicator.h"
 #include "rayless/model/amx_linear.h"
 #include "rayless/model/avx2_linear.h"
+#include "rayless/model/decode_attention.h"
 
 namespace rayless::cli {
 
@@ -38,6 +39,7 @@ int version(const Args& args) {
             << "allocator " << allocator << "\n"
             << "onednn kernel cache " << onednn_cache << "\n"
             << "float32 decoding " << avx2::describe() << "\n"
+            << "float32 decode attention " << describe_decode_attention() << "\n"
             << "bfloat16 decoding " << amx::describe() << std::endl;
   return 0;
 }

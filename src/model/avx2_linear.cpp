@@ -26,11 +26,6 @@ constexpr int64_t kOutputsPerBlock = 16;  // two 8-float registers per row
 constexpr int kMaxGroupRows = 6;          // 6 rows x 2 registers of sums, 2 of weights, 1 of input
 std::atomic<bool> enabled{true};
 
-bool switched_off_by_environment() {
-  const char* value = std::getenv("RAYLESS_AVX2");
-  return value && std::string(value) == "0";
-}
-
 // Where oneDNN has AVX-512 kernels it keeps the products (measured no slower than a hand-written
 // AVX-512 kernel, docs/benchmarks.md, "AMX tiles for the decode step's products").
 bool kernel_usable() {
@@ -88,6 +83,11 @@ void multiply_group(int rows, const float* x, int64_t in, const float* block, co
 }
 #endif
 }  // namespace
+
+bool switched_off_by_environment() {
+  const char* value = std::getenv("RAYLESS_AVX2");
+  return value && std::string(value) == "0";
+}
 
 bool available() { return kernel_usable() && enabled.load(); }
 

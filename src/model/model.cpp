@@ -14,6 +14,7 @@
 #include "rayless/model/attention_kernel.h"
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
+#include "rayless/model/decode_attention.h"
 #include "rayless/model/decoding_rotary.h"
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
@@ -342,11 +343,14 @@ double AttentionImpl::scale() const { return 1.0 / std::sqrt(double(head_dim)); 
 
 torch::Tensor AttentionImpl::attend_padded(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                            const PackedGrid& grid) const {
+  // a decode step's float32 attention in one pass (decode_attention.h), else LibTorch's, with
   // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
   // repeated copy of the keys and values
-  const auto out = scaled_attention(q, k, v, grid.mask, scale(), num_kv_heads != num_heads)
-                       .transpose(1, 2)
-                       .reshape({grid.rows, grid.positions, num_heads * head_dim});
+  auto out = grid.positions == 1 ? decode_attention(q, k, v, grid.mask, scale()) : torch::Tensor();
+  if (!out.defined())
+    out = scaled_attention(q, k, v, grid.mask, scale(), num_kv_heads != num_heads)
+              .transpose(1, 2)
+              .reshape({grid.rows, grid.positions, num_heads * head_dim});
   if (!grid.token_index.defined()) return out;
   return out.view({grid.rows * grid.positions, num_heads * head_dim}).index_select(0, grid.token_index);
 }

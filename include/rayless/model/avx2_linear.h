@@ -18,6 +18,9 @@ namespace rayless::avx2 {
 // The CPU has AVX2 and FMA (the OS saving the 256-bit registers) and no AVX-512F, and the kernel is
 // not switched off (set_enabled, or RAYLESS_AVX2=0 in the environment).
 bool available();
+// RAYLESS_AVX2=0 in the environment: rayless's AVX2 kernels (these products and the decode step's
+// attention, decode_attention.h) are off, LibTorch's run instead.
+bool switched_off_by_environment();
 // For tests and measurements: use or ignore the kernel from now on (it is still only used where
 // available() would be true otherwise).
 void set_enabled(bool enabled);
