@@ -3,6 +3,9 @@ add_test(NAME bench-init-model COMMAND ${CMAKE_CURRENT_LIST_DIR}/init_model.sh $
 set_tests_properties(bench-init-model PROPERTIES TIMEOUT 120 LABELS e2e)
 # The benchmark harness (tools/bench/compare.py): its settings table, checked without running TRL.
 add_test(NAME bench-compare-equal-settings COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_equal_settings.sh)
+# the `rayless version` fields it records, one per line
+add_test(NAME bench-compare-versions COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_versions.sh $<TARGET_FILE:rayless>)
+set_tests_properties(bench-compare-versions PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 # its machine floor (the lower bound set against TRL's step / 3), against hand-computed cases
 add_test(NAME bench-compare-machine-floor COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_floor.sh)
 # its targets table (speed, memory, 2 ranks by step time and by completion tok/s), against hand-computed cases

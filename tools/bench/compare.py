@@ -589,12 +589,24 @@ def versions(rayless):
     out = {"trl": trl.__version__, "transformers": transformers.__version__, "torch (TRL side)": torch.__version__}
     try:
         text = subprocess.run([rayless, "version"], capture_output=True, text=True, check=True).stdout
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            out[name] = value
+        out.update(rayless_version_fields(text))
     except (OSError, subprocess.CalledProcessError):
         pass
     return out
+
+
+# `rayless version` lines whose name is more than one word; any other line is "<name> <value>"
+VERSION_LINE_NAMES = ("onednn kernel cache", "float32 decode attention", "float32 decoding", "bfloat16 decoding")
+
+
+def rayless_version_fields(text):
+    """{name: value} for each line of `rayless version`: a known name of several words, else the first word
+    (two lines starting "float32 ..." overwrote each other when only the first word named them)."""
+    fields = {}
+    for line in text.splitlines():
+        name = next((n for n in VERSION_LINE_NAMES if line.startswith(n + " ")), line.partition(" ")[0])
+        fields[name] = line[len(name):].strip()
+    return fields
 
 
 def count_parameters(model_dir):
