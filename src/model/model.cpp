@@ -346,7 +346,7 @@ torch::Tensor AttentionImpl::attend_padded(const torch::Tensor& q, const torch::
   // a decode step's float32 attention in one pass (decode_attention.h), else LibTorch's, with
   // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
   // repeated copy of the keys and values
-  auto out = grid.positions == 1 ? decode_attention(q, k, v, grid.mask, scale()) : torch::Tensor();
+  auto out = decode_attention(q, k, v, grid.mask, scale());  // undefined where it does not apply
   if (!out.defined())
     out = scaled_attention(q, k, v, grid.mask, scale(), num_kv_heads != num_heads)
               .transpose(1, 2)

@@ -27,8 +27,8 @@ bool cpu_has_avx512f();
 // AVX-512 (AMD before Zen 4); the bfloat16 training kernels fall back to their scalar loops there.
 bool cpu_has_avx2();
 
-// FMA3 (fused multiply-add on 256-bit registers), which the AVX2 decode kernel (model/avx2_linear.h)
-// needs beside AVX2; false off x86-64.
+// FMA3 (fused multiply-add on 256-bit registers), which the AVX2 decode kernels (model/avx2_linear.h,
+// model/decode_attention.h) need beside AVX2; false off x86-64.
 bool cpu_has_fma();
 
 // bfloat16 matrix units (AVX512-BF16 or AMX-BF16): where they are missing, LibTorch emulates bfloat16
