@@ -11,6 +11,8 @@
 #include "rayless/model/amx_linear.h"
 #include "rayless/model/avx2_linear.h"
 #include "rayless/model/decode_attention.h"
+#include "rayless/model/decode_rms_norm.h"
+#include "rayless/model/decode_silu_times.h"
 
 namespace rayless::cli {
 
@@ -40,6 +42,8 @@ int version(const Args& args) {
             << "onednn kernel cache " << onednn_cache << "\n"
             << "float32 decoding " << avx2::describe() << "\n"
             << "float32 decode attention " << describe_decode_attention() << "\n"
+            << "float32 decode rms_norm " << describe_decode_rms_norm() << "\n"
+            << "float32 decode silu*up " << describe_decode_silu_times() << "\n"
             << "bfloat16 decoding " << amx::describe() << std::endl;
   return 0;
 }

@@ -4,7 +4,6 @@
 #include "rayless/model/decode_attention.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/exp.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
@@ -13,6 +12,8 @@
 #include <limits>
 #include <string>
 
+#include "avx2_exp.h"
+#include "decode_kernel_switch.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/avx2_linear.h"
@@ -24,21 +25,27 @@
 namespace rayless {
 
 namespace {
-std::atomic<bool> enabled{true};
-
-bool kernel_usable() {
-#ifdef RAYLESS_X86_KERNELS
-  static const bool usable = !avx2::switched_off_by_environment() && cpu_has_avx2() && cpu_has_fma();
-  return usable;
-#else
-  return false;
-#endif
-}
+DecodeKernelSwitch kernel_switch("LibTorch's flash kernel");
 
 // (row, head) pairs per task: a pair is a few microseconds of work at decode lengths
 constexpr int64_t kPairsPerTask = 8;
 
 #ifdef RAYLESS_X86_KERNELS
+// scores[s] = e^(scores[s] - largest) for s < n, 8 at a time (avx2_exp.h); a masked key's -inf gives 0.
+// The last n % 8 go through a padded register, so every score takes the same arithmetic.
+__attribute__((target("avx2,fma"))) void exponentiate_less(float* scores, int64_t n, float largest) {
+  const __m256 shift = _mm256_set1_ps(largest);
+  int64_t s = 0;
+  for (; s + 8 <= n; s += 8)
+    _mm256_storeu_ps(scores + s, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + s), shift)));
+  if (s < n) {
+    alignas(32) float rest[8] = {};
+    for (int64_t j = s; j < n; ++j) rest[j - s] = scores[j];
+    _mm256_store_ps(rest, avx2::exp8(_mm256_sub_ps(_mm256_load_ps(rest), shift)));
+    for (int64_t j = s; j < n; ++j) scores[j] = rest[j - s];
+  }
+}
+
 // A register of 8 partial sums reduced to 4: lane i plus lane i + 4.
 __attribute__((target("avx2,fma"))) inline __m128 fold_halves(__m256 a) {
   return _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -132,7 +139,7 @@ __attribute__((target("avx2,fma"))) void weighted_values(const float* weights, c
 #endif
 
 bool applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& allowed) {
-  if (!kernel_usable() || !enabled.load()) return false;
+  if (!kernel_switch.on()) return false;
   if (!q.defined() || !k.defined() || !v.defined() || !allowed.defined()) return false;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || allowed.dim() != 4) return false;
   for (const auto* t : {&q, &k, &v})
@@ -151,16 +158,11 @@ bool applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor
 }
 }  // namespace
 
-bool decode_attention_available() { return kernel_usable() && enabled.load(); }
+bool decode_attention_available() { return kernel_switch.on(); }
 
-void set_decode_attention_enabled(bool on) { enabled.store(on); }
+void set_decode_attention_enabled(bool on) { kernel_switch.set(on); }
 
-std::string describe_decode_attention() {
-  if (decode_attention_available()) return "AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch's flash kernel)";
-  if (avx2::switched_off_by_environment()) return "LibTorch's flash kernel (RAYLESS_AVX2=0)";
-  if (kernel_usable()) return "LibTorch's flash kernel (switched off)";
-  return "LibTorch's flash kernel (no AVX2 with FMA)";
-}
+std::string describe_decode_attention() { return kernel_switch.describe(); }
 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double scale) {
@@ -177,7 +179,7 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const int64_t key_stride = k.stride(2), value_stride = v.stride(2);
   constexpr float minus_infinity = -std::numeric_limits<float>::infinity();
 
-  // softmax's numerators, each (row, head)'s scores less their maximum, exponentiated in one call
+  // softmax's numerators: each (row, head)'s scores less their maximum, exponentiated
   auto weights = torch::empty({pairs, keys}, q.options());
   float* scores = weights.data_ptr<float>();
   std::atomic<bool> some_row_masked_out{false};
@@ -200,12 +202,11 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
         some_row_masked_out.store(true);
         continue;
       }
-      for (s = 0; s < keys; ++s) row_scores[s] -= largest;  // -inf stays -inf: exp gives 0
+      exponentiate_less(row_scores, keys, largest);
     }
   });
   // LibTorch's flash kernel gives such a row zeros or NaN depending on its version: keep its answer
   if (some_row_masked_out.load()) return {};
-  weights.exp_();
 
   auto out = torch::empty({rows, 1, heads * dim}, q.options());
   float* out_data = out.data_ptr<float>();

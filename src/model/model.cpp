@@ -15,6 +15,8 @@
 #include "rayless/model/autocast_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/decode_attention.h"
+#include "rayless/model/decode_rms_norm.h"
+#include "rayless/model/decode_silu_times.h"
 #include "rayless/model/decoding_rotary.h"
 #include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
@@ -265,7 +267,11 @@ void KVCache::select_rows(const torch::Tensor& index) {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // a decode step's float32 norm in one pass (decode_rms_norm.h), else LibTorch's operators
+  if (auto out = decode_rms_norm(x, weight, eps); out.defined()) return out;
+  return rms_norm(x, weight, eps);
+}
 
 namespace {
 torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
@@ -503,6 +509,8 @@ torch::Tensor silu_times_down(const torch::Tensor& gate, const torch::Tensor& up
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (decoding_gate_up.defined() && !torch::GradMode::is_enabled()) {
     const auto gate_up = decoding_gate_up(x);
+    // silu(gate) * up in one pass (decode_silu_times.h), else LibTorch's silu and product
+    if (auto product = decode_silu_times(gate_up); product.defined()) return decoding_down(product);
     const int64_t intermediate = gate_up.size(-1) / 2;
     return decoding_down(torch::silu(gate_up.narrow(-1, 0, intermediate)) * gate_up.narrow(-1, intermediate, intermediate));
   }

@@ -51,7 +51,8 @@ add_test(NAME cli-version-onednn-kernel-cache COMMAND sh -c "\
 # has them (read from /proc/cpuinfo here, apart from the binary's own cpuid test), oneDNN's otherwise
 # or with RAYLESS_AMX=0; and of its float32 products: rayless's AVX2 rows kernel on a CPU with AVX2 and
 # FMA but no AVX-512, oneDNN's otherwise or with RAYLESS_AVX2=0; and of a decode step's float32
-# attention: rayless's one-pass kernel on a CPU with AVX2 and FMA, LibTorch's otherwise or with RAYLESS_AVX2=0
+# attention, RMSNorms and silu*up: rayless's one-pass kernels on a CPU with AVX2 and FMA, LibTorch's otherwise or
+# with RAYLESS_AVX2=0
 add_test(NAME cli-version-decode-kernel COMMAND sh -c "\
   env -u RAYLESS_AMX $<TARGET_FILE:rayless> version > k1.txt && grep '^bfloat16 decoding' k1.txt && \
   if grep -qw amx_bf16 /proc/cpuinfo; then grep -qx 'bfloat16 decoding AMX tiles (RAYLESS_AMX=0 for oneDNN.s kernel)' k1.txt; \
@@ -66,7 +67,15 @@ add_test(NAME cli-version-decode-kernel COMMAND sh -c "\
   if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
     grep -qx 'float32 decode attention AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch.s flash kernel)' k2.txt; \
   else grep -qx 'float32 decode attention LibTorch.s flash kernel (no AVX2 with FMA)' k2.txt; fi && \
-  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode attention LibTorch.s flash kernel (RAYLESS_AVX2=0)'")
+  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode attention LibTorch.s flash kernel (RAYLESS_AVX2=0)' && \
+  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
+    grep -qx 'float32 decode rms_norm AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch.s operators)' k2.txt; \
+  else grep -qx 'float32 decode rms_norm LibTorch.s operators (no AVX2 with FMA)' k2.txt; fi && \
+  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode rms_norm LibTorch.s operators (RAYLESS_AVX2=0)' && \
+  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
+    grep -qx 'float32 decode silu.up AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch.s silu and mul)' k2.txt; \
+  else grep -qx 'float32 decode silu.up LibTorch.s silu and mul (no AVX2 with FMA)' k2.txt; fi && \
+  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode silu.up LibTorch.s silu and mul (RAYLESS_AVX2=0)'")
 set_tests_properties(cli-version-decode-kernel PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
 # `rayless version` reports mimalloc's decommit delays as the running allocator read them from the

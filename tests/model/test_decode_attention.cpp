@@ -10,14 +10,14 @@
 
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/decode_attention.h"
+#include "decode_kernel_checks.h"
 #include "rayless/model/model.h"
 
 using namespace rayless;
 
 namespace {
-struct KernelSwitch {  // restores the switch when a test section ends, however it ends
-  explicit KernelSwitch(bool on) { set_decode_attention_enabled(on); }
-  ~KernelSwitch() { set_decode_attention_enabled(true); }
+struct KernelSwitch : testing::KernelSwitch {
+  explicit KernelSwitch(bool on) : testing::KernelSwitch(set_decode_attention_enabled, on) {}
 };
 
 bool no_kernel_here() {
@@ -155,38 +155,8 @@ TEST_CASE("decode attention declines what it does not compute, and the caller's 
   CHECK_FALSE(decode_attention(q, o.k, o.v, o.allowed, scale).defined());
 }
 
-// End to end in the model: a prefill and then one token per step through the KV cache, on the fused
-// decoding weights as generation runs, with the kernel and without it (LibTorch's attention), against
-// the full forward of the same tokens.
+// End to end in the model (decode_kernel_checks.h): cached decode on the fused weights, kernel on and off.
 TEST_CASE("decode attention in the model: cached decode logits as with LibTorch's attention") {
   if (no_kernel_here()) return;
-  CausalLM model(load_model_config(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny"));
-  model->init_weights(13);
-  model->eval();
-  torch::NoGradGuard no_grad;
-  torch::manual_seed(6);
-  const int64_t rows = 6, length = 20, prefill = 5;
-  const auto ids = torch::randint(0, 256, {rows, length}, torch::kLong);
-  auto mask = torch::ones({rows, length}, torch::kLong);
-  for (int64_t b = 0; b < rows; ++b) mask[b].narrow(0, 0, b % 4).fill_(0);  // left padding
-  const auto decode = [&](bool kernel) {
-    const KernelSwitch on(kernel);
-    FusedDecodingWeights fused(model);
-    KVCache cache;
-    std::vector<torch::Tensor> steps{
-        model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};
-    for (int64_t t = prefill; t < length; ++t)
-      steps.push_back(model->logits(model->forward_hidden(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), {}, &cache)));
-    return torch::cat(steps, 1);
-  };
-  const auto with_kernel = decode(true), without = decode(false), full = model->forward(ids, mask);
-  const auto real = mask.to(torch::kBool).unsqueeze(-1);
-  const auto error = [&](const torch::Tensor& a, const torch::Tensor& b) {
-    return (a - b).abs().masked_fill(real.logical_not(), 0).max().item<double>();
-  };
-  CAPTURE(error(with_kernel, full), error(without, full));
-  CHECK(error(with_kernel, without) < 1e-5);
-  CHECK(error(with_kernel, full) < 1e-5);
-  // the kernel really ran: switched off, the decode differs in rounding somewhere
-  CHECK_FALSE(torch::equal(with_kernel, without));
+  testing::check_cached_decode(set_decode_attention_enabled, 13);
 }

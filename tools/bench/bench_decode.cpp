@@ -23,6 +23,8 @@
 #include "rayless/model/amx_linear.h"
 #include "rayless/model/autocast_scope.h"
 #include "rayless/model/decode_attention.h"
+#include "rayless/model/decode_rms_norm.h"
+#include "rayless/model/decode_silu_times.h"
 #include "rayless/model/model.h"
 
 namespace rayless::cli {
@@ -110,7 +112,8 @@ int bench_decode(const Args& args) {
   po::options_description options("rayless-bench decode");
   std::string config_json, rows_list;
   int64_t steps = 32, prompt_len = 32;
-  bool op_names = false, unfused = false, bf16 = false, libtorch_attention = false;
+  bool op_names = false, unfused = false, bf16 = false, libtorch_attention = false, libtorch_rms_norm = false,
+       libtorch_silu = false;
   options.add_options()("config-json", po::value(&config_json)->required(), "HF config.json of the model shape")(
       "rows", po::value(&rows_list)->default_value("1,32"), "decode batch sizes, comma-separated")(
       "steps", po::value(&steps)->default_value(32), "timed decode steps per batch size (the median is shown)")(
@@ -119,7 +122,11 @@ int bench_decode(const Args& args) {
       "unfused", po::bool_switch(&unfused), "separate q/k/v and gate/up matmuls (generate() fuses them), for comparison")(
       "bf16", po::bool_switch(&bf16), "decode under bfloat16 autocast, as the trainer generates with train.bf16")(
       "libtorch-attention", po::bool_switch(&libtorch_attention),
-      "LibTorch's attention instead of rayless's float32 decode kernel (model/decode_attention.h), for comparison");
+      "LibTorch's attention instead of rayless's float32 decode kernel (model/decode_attention.h), for comparison")(
+      "libtorch-rms-norm", po::bool_switch(&libtorch_rms_norm),
+      "LibTorch's operators for the RMSNorms instead of rayless's float32 decode kernel (model/decode_rms_norm.h)")(
+      "libtorch-silu", po::bool_switch(&libtorch_silu),
+      "LibTorch's silu and mul instead of rayless's float32 decode kernel (model/decode_silu_times.h)");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
   const ModelArchConfig config = ModelArchConfig::from_json(read_json_file(config_json), config_json);
@@ -128,6 +135,8 @@ int bench_decode(const Args& args) {
 
   record_names = op_names;
   if (libtorch_attention) set_decode_attention_enabled(false);
+  if (libtorch_rms_norm) set_decode_rms_norm_enabled(false);
+  if (libtorch_silu) set_decode_silu_times_enabled(false);
   c10::InferenceMode inference;
   const auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
   const double weight_bytes = bf16 ? 2 : 4;
@@ -149,6 +158,8 @@ int bench_decode(const Args& args) {
   std::printf("decode floor (weights read once at that rate): %.2f ms per step\n", floor_ms);
   if (bf16) std::printf("bfloat16 products: %s\n", amx::describe().c_str());
   std::printf("float32 decode attention: %s\n", describe_decode_attention().c_str());
+  std::printf("float32 decode rms_norm: %s\n", describe_decode_rms_norm().c_str());
+  std::printf("float32 decode silu*up: %s\n", describe_decode_silu_times().c_str());
   std::printf("\n");
   std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step | decoding copy, ms |\n"
                "|---|---|---|---|---|---|---|\n";

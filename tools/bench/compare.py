@@ -596,7 +596,10 @@ def versions(rayless):
 
 
 # `rayless version` lines whose name is more than one word; any other line is "<name> <value>"
-VERSION_LINE_NAMES = ("onednn kernel cache", "float32 decode attention", "float32 decoding", "bfloat16 decoding")
+VERSION_LINE_NAMES = (
+    "onednn kernel cache", "float32 decode attention", "float32 decode rms_norm", "float32 decode silu*up",
+    "float32 decoding", "bfloat16 decoding"
+)
 
 
 def rayless_version_fields(text):

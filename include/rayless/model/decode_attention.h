@@ -6,8 +6,9 @@
 // model (4/2 heads, 64 keys) that took 140-180 microseconds per layer against this kernel's 74-76,
 // which is then mostly reading the layer's 1 MB of keys and values from the L3 cache
 // (docs/benchmarks.md, "The decode step's attention in one pass"). Here each (row, head) takes one
-// pass over its keys (dot products with FMA), one exponential over all rows' scores (LibTorch's
-// vectorised exp), and one pass over its values. The result is the attention's softmax(q k^T * scale) v over the allowed keys, within float32
+// pass over its keys (dot products with FMA), the exponentials of its scores (src/model/avx2_exp.h,
+// within 2 ulp; LibTorch's exp_ over all rows' scores at first, a tenth of the call), and one pass over
+// its values. The result is the attention's softmax(q k^T * scale) v over the allowed keys, within float32
 // rounding of LibTorch's (sums in another order); it does not depend on the thread count.
 #pragma once
 #include <torch/types.h>

@@ -1,0 +1,69 @@
+// What the tests of the decode step's one-pass kernels (decode_attention, decode_rms_norm,
+// decode_silu_times) share: a switch restored when a section ends, and the tiny model's cached decode
+// with the kernel and without it, against its full forward.
+#pragma once
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include "rayless/model/model.h"
+
+namespace rayless::testing {
+
+// sets a kernel's switch (set_decode_*_enabled) and turns it back on however the section ends
+class KernelSwitch {
+ public:
+  KernelSwitch(std::function<void(bool)> set, bool on) : set_(std::move(set)) { set_(on); }
+  ~KernelSwitch() { set_(true); }
+
+ private:
+  std::function<void(bool)> set_;
+};
+
+// End to end in the model: a prefill of 5 tokens, then one token per step through the KV cache up to 20,
+// on the fused decoding weights as generation runs, with the kernel and without it, against the full
+// forward of the same tokens (6 left-padded rows). Checks that both decodes agree with each other and
+// with the full forward within 1e-5, and that they differ somewhere (the kernel ran). Returns the
+// two decodes' logits for checks of the caller's own.
+struct CachedDecodes {
+  torch::Tensor with_kernel, without;
+  int64_t prefill = 0;
+};
+inline CachedDecodes check_cached_decode(const std::function<void(bool)>& set_kernel, uint64_t seed) {
+  CausalLM model(load_model_config(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny"));
+  model->init_weights(seed);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  const int64_t rows = 6, length = 20, prefill = 5;
+  const auto ids = torch::randint(0, 256, {rows, length}, torch::kLong);
+  auto mask = torch::ones({rows, length}, torch::kLong);
+  for (int64_t b = 0; b < rows; ++b) mask[b].narrow(0, 0, b % 4).fill_(0);  // left padding
+  const auto decode = [&](bool kernel) {
+    const KernelSwitch on(set_kernel, kernel);
+    FusedDecodingWeights fused(model);
+    KVCache cache;
+    std::vector<torch::Tensor> steps{
+        model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};
+    for (int64_t t = prefill; t < length; ++t)
+      steps.push_back(model->logits(model->forward_hidden(ids.narrow(1, t, 1), mask.narrow(1, 0, t + 1), {}, &cache)));
+    return torch::cat(steps, 1);
+  };
+  CachedDecodes out{decode(true), decode(false), prefill};
+  const auto full = model->forward(ids, mask);
+  const auto real = mask.to(torch::kBool).unsqueeze(-1);
+  const auto error = [&](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a - b).abs().masked_fill(real.logical_not(), 0).max().item<double>();
+  };
+  CAPTURE(error(out.with_kernel, full), error(out.without, full));
+  CHECK(error(out.with_kernel, out.without) < 1e-5);
+  CHECK(error(out.with_kernel, full) < 1e-5);
+  // the kernel really ran: switched off, the decode differs in rounding somewhere
+  CHECK_FALSE(torch::equal(out.with_kernel, out.without));
+  return out;
+}
+
+}  // namespace rayless::testing
