@@ -7,8 +7,8 @@
 // which is then mostly reading the layer's 1 MB of keys and values from the L3 cache
 // (docs/benchmarks.md, "The decode step's attention in one pass"). Here each (row, head) takes one
 // pass over its keys (dot products with FMA), the exponentials of its scores (src/model/avx2_exp.h,
-// within 2 ulp; LibTorch's exp_ over all rows' scores at first, a tenth of the call), and one pass over
-// its values. The result is the attention's softmax(q k^T * scale) v over the allowed keys, within float32
+// within 2 ulp; they replaced one LibTorch exp_ over all rows' scores, about a tenth of the call), and
+// one pass over its values. The result is the attention's softmax(q k^T * scale) v over the allowed keys, within float32
 // rounding of LibTorch's (sums in another order); it does not depend on the thread count.
 #pragma once
 #include <torch/types.h>
