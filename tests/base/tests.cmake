@@ -64,18 +64,14 @@ add_test(NAME cli-version-decode-kernel COMMAND sh -c "\
     grep -qx 'float32 decoding AVX2 rows kernel (RAYLESS_AVX2=0 for oneDNN.s)' k2.txt; \
   else grep -qx 'float32 decoding oneDNN or MKL (no AVX2 with FMA)' k2.txt; fi && \
   RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decoding oneDNN (RAYLESS_AVX2=0)' && \
-  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
-    grep -qx 'float32 decode attention AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch.s flash kernel)' k2.txt; \
-  else grep -qx 'float32 decode attention LibTorch.s flash kernel (no AVX2 with FMA)' k2.txt; fi && \
-  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode attention LibTorch.s flash kernel (RAYLESS_AVX2=0)' && \
-  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
-    grep -qx 'float32 decode rms_norm AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch.s operators)' k2.txt; \
-  else grep -qx 'float32 decode rms_norm LibTorch.s operators (no AVX2 with FMA)' k2.txt; fi && \
-  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode rms_norm LibTorch.s operators (RAYLESS_AVX2=0)' && \
-  if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
-    grep -qx 'float32 decode silu.up AVX2 one-pass kernel (RAYLESS_AVX2=0 for LibTorch.s silu and mul)' k2.txt; \
-  else grep -qx 'float32 decode silu.up LibTorch.s silu and mul (no AVX2 with FMA)' k2.txt; fi && \
-  RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx 'float32 decode silu.up LibTorch.s silu and mul (RAYLESS_AVX2=0)'")
+  one_pass() { \
+    if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then \
+      grep -qx \"float32 decode $1 AVX2 one-pass kernel (RAYLESS_AVX2=0 for $2)\" k2.txt; \
+    else grep -qx \"float32 decode $1 $2 (no AVX2 with FMA)\" k2.txt; fi && \
+    RAYLESS_AVX2=0 $<TARGET_FILE:rayless> version | grep -qx \"float32 decode $1 $2 (RAYLESS_AVX2=0)\"; } && \
+  one_pass attention 'LibTorch.s flash kernel' && \
+  one_pass rms_norm 'LibTorch.s operators' && \
+  one_pass silu.up 'LibTorch.s silu and mul'")
 set_tests_properties(cli-version-decode-kernel PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 
 # `rayless version` reports mimalloc's decommit delays as the running allocator read them from the

@@ -1,6 +1,6 @@
 // What the tests of the decode step's one-pass kernels (decode_attention, decode_rms_norm,
-// decode_silu_times) share: a switch restored when a section ends, and the tiny model's cached decode
-// with the kernel and without it, against its full forward.
+// decode_silu_times) share: a switch restored when a section ends, the skip where the CPU lacks AVX2
+// with FMA, and the tiny model's cached decode with the kernel and without it, against its full forward.
 #pragma once
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -22,6 +22,13 @@ class KernelSwitch {
  private:
   std::function<void(bool)> set_;
 };
+
+// true (and a warning naming the kernel) where this CPU cannot run it, so its kernel-only tests return
+inline bool kernel_missing(bool available, const char* kernel) {
+  if (available) return false;
+  WARN("this CPU lacks AVX2 with FMA: the " << kernel << " kernel is not exercised here");
+  return true;
+}
 
 // End to end in the model: a prefill of 5 tokens, then one token per step through the KV cache up to 20,
 // on the fused decoding weights as generation runs, with the kernel and without it, against the full

@@ -20,11 +20,7 @@ struct KernelSwitch : testing::KernelSwitch {
   explicit KernelSwitch(bool on) : testing::KernelSwitch(set_decode_attention_enabled, on) {}
 };
 
-bool no_kernel_here() {
-  if (decode_attention_available()) return false;
-  WARN("this CPU lacks AVX2 with FMA: the decode attention kernel is not exercised here");
-  return true;
-}
+bool no_kernel_here() { return testing::kernel_missing(decode_attention_available(), "decode attention"); }
 
 // softmax over the allowed keys of q . k * scale, times v, in float64: [B, 1, H * D]
 torch::Tensor exact_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
