@@ -12,7 +12,6 @@
 #include "decode_kernel_switch.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/model/autocast_scope.h"
-#include "rayless/model/avx2_linear.h"
 
 #ifdef RAYLESS_X86_KERNELS
 #include <immintrin.h>

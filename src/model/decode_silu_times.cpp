@@ -14,7 +14,6 @@
 #include "decode_kernel_switch.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/model/autocast_scope.h"
-#include "rayless/model/avx2_linear.h"
 
 namespace rayless {
 

@@ -23,6 +23,12 @@ class KernelSwitch {
   std::function<void(bool)> set_;
 };
 
+// the largest error of out against the float64 exact result, relative to the exact value at that element
+// plus `floor` (which keeps outputs near 0 from dominating)
+inline double relative_error(const torch::Tensor& out, const torch::Tensor& exact, double floor) {
+  return ((out.to(torch::kFloat64) - exact).abs() / (exact.abs() + floor)).max().item<double>();
+}
+
 // true (and a warning naming the kernel) where this CPU cannot run it, so its kernel-only tests return
 inline bool kernel_missing(bool available, const char* kernel) {
   if (available) return false;

@@ -28,7 +28,7 @@ bool cpu_has_avx512f();
 bool cpu_has_avx2();
 
 // FMA3 (fused multiply-add on 256-bit registers), which the AVX2 decode kernels (model/avx2_linear.h,
-// model/decode_attention.h) need beside AVX2; false off x86-64.
+// decode_attention.h, decode_rms_norm.h, decode_silu_times.h) need beside AVX2; false off x86-64.
 bool cpu_has_fma();
 
 // bfloat16 matrix units (AVX512-BF16 or AMX-BF16): where they are missing, LibTorch emulates bfloat16
