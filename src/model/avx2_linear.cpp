@@ -27,7 +27,7 @@ constexpr int kMaxGroupRows = 6;          // 6 rows x 2 registers of sums, 2 of 
 std::atomic<bool> enabled{true};
 
 // Where oneDNN has AVX-512 kernels it keeps the products (measured no slower than a hand-written
-// AVX-512 kernel, docs/benchmarks.md, "AMX tiles for the decode step's products").
+// AVX-512 kernel, docs/notes/bench-xeon.md, "AMX tiles for the decode step's products").
 bool kernel_usable() {
   static const bool usable =
       !switched_off_by_environment() && cpu_has_avx2() && cpu_has_fma() && !cpu_has_avx512f();

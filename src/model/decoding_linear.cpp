@@ -45,7 +45,7 @@ bool packable(const torch::Tensor& weight, torch::ScalarType dtype) {
 
 // cat(parts, 0) in `dtype`, contiguous, or undefined for undefined parts. Each part is cast straight
 // into its rows of one buffer: concatenating in the parts' dtype first would write and read one more
-// float32 copy of q/k/v and gate/up at every generation under bfloat16 (docs/benchmarks.md, "Levers
+// float32 copy of q/k/v and gate/up at every generation under bfloat16 (docs/notes/bench-xeon.md, "Levers
 // measured after the three runs"). A single contiguous part already in `dtype` is returned as it is.
 torch::Tensor fused_in(const std::vector<torch::Tensor>& parts, torch::ScalarType dtype) {
   if (parts.empty() || !parts.front().defined()) return {};

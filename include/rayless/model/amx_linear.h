@@ -2,7 +2,7 @@
 // stream of its weight; the decoding copy of a 53M model (107 MB in bfloat16) stays in the benchmark
 // machine's last-level cache. This kernel stores the weight in the order its tile loads walk it and
 // prefetches ahead; with it a decode step of that model took 9-30 % less time than on oneDNN's packed
-// kernel (docs/benchmarks.md, "AMX tiles for the decode step's products").
+// kernel (docs/notes/bench-xeon.md, "AMX tiles for the decode step's products").
 // Sums in float32 over 32 inputs at a time, as oneDNN's AMX kernel does; output rounded to bfloat16.
 #pragma once
 #include <torch/types.h>

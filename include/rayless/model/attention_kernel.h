@@ -11,8 +11,9 @@ namespace rayless {
 // (true = may attend), operands cast as autocast casts them. The forward is that call's, bit for bit.
 // Where it runs LibTorch's CPU flash kernel on bfloat16 or half operands with gradients, the backward
 // runs the same kernel on the operands widened to float32 and rounds the gradients once: LibTorch's
-// reduced-precision CPU backward took 3.5x as long as its float32 one (docs/benchmarks.md, "Attention's
-// backward in float32") and rounds its intermediates, so these gradients are nearer the exact ones.
+// reduced-precision CPU backward took 3.5x as long as its float32 one (docs/notes/bench-xeon.md,
+// "Training's backward: attention in float32, ...") and rounds its intermediates, so these gradients
+// are nearer the exact ones.
 torch::Tensor scaled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double scale, bool enable_gqa);
 

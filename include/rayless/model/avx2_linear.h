@@ -2,8 +2,9 @@
 // Zen 4, older Intel). There oneDNN's packed float32 kernel ran a decode product of 1-16 rows at 25-48
 // GFLOP/s, and each call cost it tens of microseconds before any arithmetic, which is most of a small
 // model's product; this kernel keeps 6 rows x 16 outputs of sums in registers and streams a weight laid
-// out in the order it reads it (docs/benchmarks.md, "AVX2 products for the decode step"). On CPUs with
-// AVX-512, oneDNN's kernel was as fast as a hand-written one (same page), so it stays there.
+// out in the order it reads it (docs/notes/bench-epyc.md, "AVX2 products for the decode step"). On
+// CPUs with AVX-512, oneDNN's kernel was as fast as a hand-written one (docs/notes/bench-xeon.md), so
+// it stays there.
 // Each output is one float32 sum over the inputs in order, plus the bias: the same bits whatever the
 // thread count, within float32 summation-order rounding of oneDNN's and MKL's results.
 #pragma once

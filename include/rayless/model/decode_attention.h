@@ -5,7 +5,7 @@
 // allocates and fills its buffers and runs small matrix products. At 16 rows of the tiny benchmark
 // model (4/2 heads, 64 keys) that took 140-180 microseconds per layer against this kernel's 74-76,
 // which is then mostly reading the layer's 1 MB of keys and values from the L3 cache
-// (docs/benchmarks.md, "The decode step's attention in one pass"). Here each (row, head) takes one
+// (docs/notes/bench-epyc.md, "The decode step's attention in one pass"). Here each (row, head) takes one
 // pass over its keys (dot products with FMA), the exponentials of its scores (src/model/avx2_exp.h,
 // within 2 ulp; they replaced one LibTorch exp_ over all rows' scores, about a tenth of the call), and
 // one pass over its values. The result is the attention's softmax(q k^T * scale) v over the allowed keys, within float32

@@ -3,9 +3,9 @@
 // rms_norm() is transformers' formula in LibTorch operators: to, pow, mean (a sum and a division),
 // add, rsqrt and two products, each its own call with its own output. A decode step of the tiny
 // benchmark model runs 13 of them on [16, 1, 256] (two per layer and the last), and the calls' fixed
-// costs, not their arithmetic, made them about a tenth of the step (docs/benchmarks.md, "The decode
-// step's RMSNorm, silu and softmax in one pass"). Here each row's sum of squares is one FMA chain,
-// and weight * (x * r) with r = 1 / sqrt(sum / D + eps) is written in the same pass, rounded as
+// costs, not their arithmetic, made them about a tenth of the step (docs/notes/bench-epyc.md,
+// "The decode step's RMSNorm, silu and softmax in one pass"). Here each row's sum of squares is one
+// FMA chain, and weight * (x * r) with r = 1 / sqrt(sum / D + eps) is written in the same pass, rounded as
 // LibTorch's two products round it: the result differs from rms_norm's only by the order of that sum.
 #pragma once
 #include <torch/types.h>

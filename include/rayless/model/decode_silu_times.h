@@ -3,7 +3,7 @@
 // While generating, the MLP's gate and up projections are one fused product (FusedDecodingWeights), and
 // silu(gate) * up took two narrows, LibTorch's silu and a product: at a tiny-model decode step about
 // 20 microseconds per layer, most of it LibTorch's exponential at 1.5 ns or more per float
-// (docs/benchmarks.md, "The decode step's RMSNorm, silu and softmax in one pass"). Here each element
+// (docs/notes/bench-epyc.md, "The decode step's RMSNorm, silu and softmax in one pass"). Here each element
 // is gate / (1 + e^-gate) * up, silu's own formula and rounding, with e^x from src/model/avx2_exp.h
 // (within 2 ulp, where LibTorch's exp is within 1): results within a few float32 ulps of LibTorch's.
 #pragma once

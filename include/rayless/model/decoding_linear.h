@@ -1,11 +1,11 @@
 // Projections prepared for generation: those sharing an input (q/k/v, gate/up) become one matmul,
 // and on CPUs with oneDNN the weight is packed once into its blocked layout. MKL's sgemm re-packs a
 // weight on every call with few rows, which was most of a decode step's matmul time (measured in
-// docs/benchmarks.md, "Where the time goes"); a packed weight is read as it lies. Under bfloat16
+// docs/notes/bench-levers.md, "Where the time goes"); a packed weight is read as it lies. Under bfloat16
 // autocast (train.bf16) the copy is taken in bfloat16 once per generation, as autocast would cast the
 // weight at every call, and oneDNN runs it on the CPU's bfloat16 units (AMX, AVX512-BF16) where present;
 // on CPUs with AMX the bfloat16 copy goes to rayless's own tile kernel instead (model/amx_linear.h),
-// with which a decode step of the 53M model took 9-30 % less time (docs/benchmarks.md). On CPUs
+// with which a decode step of the 53M model took 9-30 % less time (docs/notes/bench-xeon.md). On CPUs
 // with AVX2 but no AVX-512 the float32 copy goes to rayless's AVX2 rows kernel (model/avx2_linear.h),
 // at every row count. With
 // train.bf16_products = float32 (the default on CPUs without bfloat16 units) the bfloat16 values are

@@ -5,7 +5,7 @@
 // the float32 tables first copies its bfloat16 operand to float32; the attention then casts q back to
 // bfloat16 and the cache casts k. A decode step holds one token per row, so these are a few hundred
 // tiny operators per step, each costing its dispatch and allocation more than its arithmetic
-// (docs/benchmarks.md, "Levers measured after the three runs"). Here one loop computes each element
+// (docs/notes/bench-xeon.md, "Levers measured after the three runs"). Here one loop computes each element
 // as those operators do, float32 product, float32 product, float32 sum, each rounded (this file is
 // compiled without fused multiply-add contraction), and rounds the sum once to the dtype the
 // attention and the cache would have cast it to: the same bits as the operators.

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Experiment (docs/benchmarks.md, "Attention's backward in float32"): LibTorch's CPU flash attention
-kernel, forward and backward, on bfloat16 operands against its backward on float32 copies of them (the
-casts timed with it), one thread, at the shapes of the 53M model's training buckets (10 query heads,
-2 kv heads, head size 64; L queries of a bucket after a 30-token prompt).
+"""Experiment (docs/notes/bench-xeon.md, "Training's backward: attention in float32, ..."): LibTorch's
+CPU flash attention kernel, forward and backward, on bfloat16 operands against its backward on float32
+copies of them (the casts timed with it), one thread, at the shapes of the 53M model's training buckets
+(10 query heads, 2 kv heads, head size 64; L queries of a bucket after a 30-token prompt).
 
     .venv/bin/python tools/bench/experiments/attention_backward.py
 """

@@ -1,4 +1,4 @@
-// Experiment (docs/benchmarks.md, "Not kept: a hand-written AVX-512 BF16 small-row product"): how fast
+// Experiment (docs/notes/bench-xeon.md, "Not kept: a hand-written AVX-512 BF16 small-row product"): how fast
 // can one core multiply r = 1, 4, 16 bfloat16 rows by a bfloat16 weight with vdpbf16ps, against
 // oneDNN's packed kernel that generate() uses? Not part of the build; needs a CPU with AVX512_BF16.
 //

@@ -1,4 +1,4 @@
-// Experiment (docs/benchmarks.md, "The decode step's attention in one pass"): one decode step's
+// Experiment (docs/notes/bench-epyc.md, "The decode step's attention in one pass"): one decode step's
 // attention call alone, rayless's float32 kernel (model/decode_attention.h) against LibTorch's
 // scaled_dot_product_attention as the model called it, on one thread, at the benchmark models' head
 // shapes. Each call reuses the same operands, so keys and values come from the cache, as one layer's

@@ -1,4 +1,4 @@
-// Experiment (docs/benchmarks.md, "The decode step's RMSNorm, silu and softmax in one pass"): one call of
+// Experiment (docs/notes/bench-epyc.md, "The decode step's RMSNorm, silu and softmax in one pass"): one call of
 // a decode step's RMSNorm and silu(gate) * up alone, rayless's float32 kernels (model/decode_rms_norm.h,
 // model/decode_silu_times.h) against the LibTorch operators the model called before, on one thread, at
 // the benchmark models' shapes (tiny: hidden 256, intermediate 704; small: 640 and 1792). Best of 2000

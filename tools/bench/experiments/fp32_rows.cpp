@@ -1,4 +1,4 @@
-// Experiment (docs/benchmarks.md, "AMX tiles for the decode step's products", float32 part): can a
+// Experiment (docs/notes/bench-xeon.md, "AMX tiles for the decode step's products", float32 part): can a
 // hand-written AVX-512 float32 kernel beat oneDNN's packed one on a decode product at 16 rows? The
 // weight is stored as [N/64][K][64]; six rows at a time keep 6 x 4 accumulators; panels of Kc inputs
 // are walked by every group of rows while the next panel is prefetched. Each product reads its own

@@ -1,8 +1,8 @@
-// Experiment (docs/benchmarks.md, "Attention's backward in float32"): where a training step's time goes,
-// by ATen operator and autograd node. A library preloaded into rayless: it times every top-level ATen
-// call and every autograd node's evaluation (RecordFunction, inclusive of what they call), and on
-// SIGUSR2 prints the totals since the last print and starts again (rayless keeps SIGUSR1 for its
-// checkpoint-and-stop). Not part of the build.
+// Experiment (docs/notes/bench-xeon.md, "Training's backward: attention in float32, ..."): where a
+// training step's time goes, by ATen operator and autograd node. A library preloaded into rayless: it
+// times every top-level ATen call and every autograd node's evaluation (RecordFunction, inclusive of
+// what they call), and on SIGUSR2 prints the totals since the last print and starts again (rayless
+// keeps SIGUSR1 for its checkpoint-and-stop). Not part of the build.
 //
 //   T=.venv/lib/python3.11/site-packages/torch
 //   g++ -O2 -std=c++17 -w -shared -fPIC -I$T/include -I$T/include/torch/csrc/api/include \

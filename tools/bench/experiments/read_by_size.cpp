@@ -1,4 +1,4 @@
-// Experiment (docs/benchmarks.md, "AMX tiles for the decode step's products" and "Training's backward
+// Experiment (docs/notes/bench-xeon.md, "AMX tiles for the decode step's products" and "Training's backward
 // ..."): how fast a core reads a buffer it reads over and over, by the buffer's size. Up to the
 // last-level cache's share the reads come from that cache, beyond it from memory; a decode step reads
 // its weights once per step, so which of the two it gets depends on whether the weights fit.

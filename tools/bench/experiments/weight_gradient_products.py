@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Experiment (docs/benchmarks.md, "Transposed weight gradients, ..."): a projection's weight gradient
+"""Experiment (docs/notes/bench-xeon.md, "Transposed weight gradients, ..."): a projection's weight gradient
 grad.t().mm(input) in bfloat16 on one thread, as autograd computes it (a transposed operand) and with
 the gradient transposed into memory first (row-major), at the 53M model's projection shapes; and
 LibTorch's own transpose copy, which rayless replaces (include/rayless/model/transpose.h).
