@@ -460,8 +460,6 @@ const ConfigField* find_field(const std::string& name) {
   return nullptr;
 }
 
-const std::map<std::string, std::string>& trl_names();
-
 std::string suggestion(const std::string& key) {
   const std::string bare = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
   if (trl_names().count(bare)) return str(" (TRL's ", bare, " is ", trl_names().at(bare), " here)");
@@ -497,16 +495,22 @@ std::string closest_config_key(const std::string& key) {
   return best_distance <= limit ? best : "";
 }
 
-namespace {
-
-// TRL's names that rayless spells differently (a TRL user's habit gets a pointer, not just "unknown")
+// Printed by `rayless config reference` into docs/config.md; docs/from-trl.md maps each name to its key
+// (tests cli-docs-match-code and cli-docs-from-trl).
 const std::map<std::string, std::string>& trl_names() {
   static const std::map<std::string, std::string> names = {
       {"eval_steps", "eval.steps"}, {"log_completions", "log.num_completions_to_print"},
       {"report_to", "log.tensorboard"}, {"eval_dataset", "eval.path"}, {"train_dataset", "data.path"},
-      {"model_name_or_path", "model.path"}, {"lr_scheduler_type", "optim.lr_scheduler_type"}};
+      {"model_name_or_path", "model.path"}, {"lr_scheduler_type", "optim.lr_scheduler_type"},
+      {"processing_class", "tokenizer.path"}, {"reward_funcs", "reward.functions"},
+      {"shuffle_dataset", "data.shuffle"}, {"save_total_limit", "checkpoint.keep_last"},
+      {"num_generations_eval", "eval.num_generations"}, {"use_cpu", "model.device"},
+      {"ddp_backend", "distributed.backend"}, {"ddp_timeout", "distributed.collective_timeout_s"},
+      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"}};
   return names;
 }
+
+namespace {
 
 bool valid_table_name(const std::string& name) {
   if (name.empty()) return false;

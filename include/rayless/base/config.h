@@ -245,5 +245,9 @@ std::string config_hash(const Config& config);
 
 // Closest valid key to `key` (edit distance), for "did you mean" messages; "" if nothing is close.
 std::string closest_config_key(const std::string& key);
+// TRL's names that rayless spells differently, each with the key it points to (a TRL user's habit gets
+// a pointer, not just "unknown"): load_config's hints, and the list `rayless config reference` prints
+// for docs/config.md, which docs/from-trl.md must agree with.
+const std::map<std::string, std::string>& trl_names();
 
 }  // namespace rayless
