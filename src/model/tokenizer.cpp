@@ -646,7 +646,8 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::fi
   inputCheck(std::filesystem::exists(file), file.string(), ": tokenizer file not found",
              path.empty() ? " (set tokenizer.path, or \"byte\" for the byte-level tokenizer)" : "");
   // the class transformers loads for the tokenizer's directory decides the pipeline (tokenizer_class.h)
-  const std::filesystem::path tokenizer_dir = path.empty() ? model_dir : file.parent_path();
+  const std::filesystem::path tokenizer_dir =
+      path.empty() ? model_dir : (file.has_parent_path() ? file.parent_path() : std::filesystem::path("."));
   TokenizerPipeline pipeline = resolve_tokenizer_pipeline(read_text_file(file), file.string(), tokenizer_dir);
   auto tokenizer = std::static_pointer_cast<BpeTokenizer>(parse_bpe_tokenizer(pipeline.tokenizer_json, file.string()));
   tokenizer->set_pipeline(std::move(pipeline));
