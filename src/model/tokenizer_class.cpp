@@ -173,7 +173,7 @@ json special_entry(const std::string& content) {
 // tokenizer_config.json's added_tokens_decoder when it has one), then the special tokens of
 // tokenizer_config.json and the class's defaults that are missing. Each is (re)added as the tokenizers
 // library does: a vocabulary token keeps its id, any other takes the next free id.
-json added_tokens_after_load(Kind kind, const json& file, const json& tokenizer_config) {
+json added_tokens_after_load(Kind kind, const json& file, const json& tokenizer_config, const std::string& config_file) {
   const json vocab = file["model"].contains("vocab") && file["model"]["vocab"].is_object() ? file["model"]["vocab"] : json::object();
   const int64_t vocab_count = static_cast<int64_t>(vocab.size());
   json result = json::array();
@@ -202,9 +202,11 @@ json added_tokens_after_load(Kind kind, const json& file, const json& tokenizer_
       json token = *entry;
       token.erase("__type");
       try {
-        token["id"] = std::stoll(entry.key());
+        size_t used = 0;
+        token["id"] = std::stoll(entry.key(), &used);
+        if (used != entry.key().size()) throw std::invalid_argument(entry.key());
       } catch (const std::exception&) {
-        throw InputError(str("tokenizer_config.json: added_tokens_decoder key \"", entry.key(), "\" is not a token id"));
+        throw InputError(str(config_file, ": added_tokens_decoder key \"", entry.key(), "\" is not a token id"));
       }
       config_tokens.push_back(token);
     }
@@ -384,7 +386,8 @@ TokenizerPipeline resolve_tokenizer_pipeline(const std::string& tokenizer_json_t
     compare_pipelines(file, built, out.changes);
   }
   const json file_tokens = file.contains("added_tokens") && file["added_tokens"].is_array() ? file["added_tokens"] : json::array();
-  built["added_tokens"] = added_tokens_after_load(choice.kind, file, tokenizer_config.value_or(json::object()));
+  built["added_tokens"] = added_tokens_after_load(choice.kind, file, tokenizer_config.value_or(json::object()),
+                                                  (dir / "tokenizer_config.json").string());
   compare_added_tokens(file_tokens, built["added_tokens"], out.changes);
   out.tokenizer_json = out.changes.empty() ? tokenizer_json_text : built.dump(2);
   return out;
