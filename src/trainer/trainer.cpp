@@ -123,9 +123,10 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters", lora_note, "), ",
-               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), chat template ",
-               prompt_format_.chat_template.source(), ", output ",
-               output_dir_.string()));
+               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), tokenizer ",
+               tokenizer_->class_origin().empty() ? tokenizer_->kind() : tokenizer_->class_origin(), ", chat template ",
+               prompt_format_.chat_template.source(), ", output ", output_dir_.string()));
+  if (const std::string note = tokenizer_->class_change_note(); !note.empty()) log_warn(note);
   if (dataset_.skipped_lines > 0)
     log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
                  dataset_.first_skip_reason, ")"));
