@@ -2,7 +2,7 @@
 # First contact with a GPU, as one prepared run: builds rayless with CUDA + NCCL against the machine's
 # LibTorch, runs the CUDA-vs-CPU and NCCL-vs-MPI tests, trains a Qwen2.5-0.5B-shaped random model on the
 # GPU (bf16, fused log-probs, mu = 2, top_entropy_quantile = 0.2), stops it with SIGUSR1 and resumes it,
-# and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
+# checks the run's peak GPU memory metrics, and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
 # is timed and logged; a failing step is recorded and the next one still runs. Everything lands in
 # $OUT (default gpu-check-out/): device_check.log, steps.tsv, figures.json, metrics.jsonl (the training
 # run's), gpu_memory_mib.txt. The model and the run's checkpoints (gigabytes) go to $WORK (default
@@ -176,6 +176,45 @@ resume_once() {
 }
 step train-resume resume_once
 [ -n "${gpu_memory_sampler:-}" ] && kill "$gpu_memory_sampler" 2>/dev/null
+# rayless's own peak GPU memory (memory/gpu_peak_allocated_mb and _reserved_mb, the caching allocator's
+# counters) in every step of the run and in its closing line: on CUDA 0 < allocated <= reserved <= the
+# GPU's memory (the resumed process starts its peaks anew, so they may fall between steps); on the CPU
+# neither is there
+gpu_memory_metrics() {
+  local total_mib=0
+  [ "$device" = cuda ] && total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  python3 - "$run_dir/metrics.jsonl" "$device" "$total_mib" "$OUT/device_check.log" <<'PY'
+import json, sys
+metrics, device, total_mib, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+rows = [json.loads(line) for line in open(metrics) if line.strip()]
+keys = ("memory/gpu_peak_allocated_mb", "memory/gpu_peak_reserved_mb")
+closing = [line for line in open(log) if "rayless train: done" in line]
+problems = []
+if device == "cuda":
+    last = (0.0, 0.0)
+    for r in rows:
+        allocated, reserved = (r.get(k) for k in keys)
+        if allocated is None or reserved is None:
+            problems.append(f"step {r['step']}: no {' / '.join(keys)}")
+            continue
+        if not 0 < allocated <= reserved <= total_mib:
+            problems.append(f"step {r['step']}: not 0 < allocated {allocated:.0f} <= reserved {reserved:.0f} <= {total_mib:.0f} MiB")
+        last = (allocated, reserved)
+    if not any("peak GPU memory" in line for line in closing):
+        problems.append("the closing line does not name the peak GPU memory")
+    print(f"gpu memory: {len(rows)} steps, last peak {last[0]:.0f} MiB allocated, {last[1]:.0f} MiB reserved of {total_mib:.0f}")
+else:
+    problems += [f"step {r['step']}: {k} on the CPU" for r in rows for k in keys if k in r]
+    problems += ["the closing line names GPU memory on the CPU" for line in closing if "GPU" in line]
+    print(f"gpu memory: none reported on the CPU ({len(rows)} steps, {len(closing)} closing line(s))")
+if not rows or not closing:
+    problems.append(f"nothing to check: {len(rows)} metrics rows, {len(closing)} closing lines")
+for p in problems:
+    print("gpu memory: FAIL", p)
+sys.exit(1 if problems else 0)
+PY
+}
+step gpu-memory-metrics gpu_memory_metrics
 
 # the other training paths, a short run each: the reference model's pass (beta > 0), LoRA, gradient
 # checkpointing, the padded log-prob layout, and bfloat16 autocast over float32 weights (TRL's default)
