@@ -36,32 +36,8 @@ python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:
 [ "$(ls "$out"/*.whl 2>/dev/null | wc -l)" -eq ${#WHEELS[@]} ] ||
   { say "error: expected ${#WHEELS[@]} wheels in $out, got: $(ls "$out")" >&2; exit 1; }
 
-# every requirement (extras and environment markers that do not apply left out) is met there
-python3 - "$out" "$DEVICE_HAS" <<'PY'
-import glob, os, re, sys, zipfile
-out, device_has = sys.argv[1], set(sys.argv[2].split())
-def norm(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-wheels = sorted(glob.glob(os.path.join(out, "*.whl")))
-carried = {norm(os.path.basename(w).split("-")[0]) for w in wheels}
-missing = []
-for w in wheels:
-    with zipfile.ZipFile(w) as z:
-        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
-    for line in meta.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        spec = line.split(":", 1)[1].strip()
-        if ";" in spec and "extra" in spec.split(";", 1)[1]:
-            continue
-        name = norm(re.match(r"[A-Za-z0-9_.-]+", spec).group(0))
-        if name not in carried and name not in device_has:
-            missing.append(f"{os.path.basename(w)} needs {spec}")
-if missing:
-    sys.exit("fetch_wheels: error: neither carried nor on the GPU machine: " + "; ".join(missing)
-             + " (add it to WHEELS, or to DEVICE_HAS if KINDS.md lists it)")
-print(f"fetch_wheels: every requirement of the {len(wheels)} wheels is carried or on the GPU machine")
-PY
+# every requirement is met there (tools/gpu/check_wheels.py)
+python3 tools/gpu/check_wheels.py "$out" "$DEVICE_HAS"
 
 for w in "$out"/*.whl; do printf 'fetch_wheels:   %8.2f MiB  %s\n' "$(du -b "$w" | awk '{print $1 / 1048576}')" "$(basename "$w")"; done
 say "wheels: $(du -cb "$out"/*.whl | tail -1 | awk '{printf "%.2f", $1 / 1048576}') MiB in $out"
