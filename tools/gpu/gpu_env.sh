@@ -75,8 +75,10 @@ build_for_gpu() {
 use_carried_wheels() {
   local wheels=$root_dir/.gpu-deps/wheels site=${GPU_SITE_DIR:-/tmp/rayless-gpu-site}
   compgen -G "$wheels/*.whl" >/dev/null || { say "no .gpu-deps/wheels (run tools/gpu/fetch_deps.sh here and carry .gpu-deps)"; return 1; }
-  python3 -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" "$wheels"/*.whl || return 1
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
-  say "wheels installed into $site: $(python3 -c 'import trl, datasets; print("trl", trl.__version__, "datasets", datasets.__version__)')"
+  local installed
+  installed=$(python3 -c 'import trl, datasets; print("trl", trl.__version__, "datasets", datasets.__version__)') || return 1
+  say "wheels installed into $site: $installed"
 }
