@@ -223,8 +223,12 @@ int Trainer::run() {
     if (micro_step_ < total_micro_steps && stop_for_signal()) return kExitCheckpointedOnSignal;
   }
   save(true);
+  std::string gpu_memory;
+  if (const auto gpu = device_memory_peaks(device_))
+    gpu_memory = str("; peak GPU memory (this rank's caching allocator) ", gpu->allocated_bytes / (1024 * 1024),
+                     " MiB allocated, ", gpu->reserved_bytes / (1024 * 1024), " MiB reserved");
   log_info(str("rayless train: done, ", optimizer_step_, " steps; checkpoint in ",
-               (output_dir_ / "checkpoints" / "latest").string()));
+               (output_dir_ / "checkpoints" / "latest").string(), gpu_memory));
   return kExitOk;
 }
 
@@ -314,6 +318,11 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
   m["time/optimizer"] = optimizer_seconds_;
   m["tokens_per_second"] = m.count("completions/total_tokens") ? m["completions/total_tokens"] / std::max(step_time, 1e-9) : NAN;
   m["memory/peak_rss_mb"] = global_max(*comm_, static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0));
+  // every rank has the same kind of device, so all or none of them join these collectives
+  if (const auto gpu = device_memory_peaks(device_)) {
+    m["memory/gpu_peak_allocated_mb"] = global_max(*comm_, static_cast<double>(gpu->allocated_bytes) / (1024.0 * 1024.0));
+    m["memory/gpu_peak_reserved_mb"] = global_max(*comm_, static_cast<double>(gpu->reserved_bytes) / (1024.0 * 1024.0));
+  }
   // what the rank holds for training (the largest over ranks; exact tensor bytes)
   const OptimizerMemory held = optimizer_->memory();
   int64_t weight_bytes = 0;  // frozen base weights too
