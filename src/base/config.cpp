@@ -87,17 +87,6 @@ std::string number_list_literal(const std::vector<T>& items) {
   return out.str();
 }
 
-// The shortest text that reads back as the same double (0.2, not 0.20000000000000001; 300.0, not
-// 3e+02): std::to_chars' shortest form, in plain notation unless the exponent form is shorter.
-std::string float_literal(double v) {
-  char fixed[64], general[64];
-  const auto fixed_end = std::to_chars(fixed, fixed + sizeof fixed, v, std::chars_format::fixed).ptr;
-  const auto general_end = std::to_chars(general, general + sizeof general, v).ptr;
-  std::string s = (fixed_end - fixed) < (general_end - general) + 3 ? std::string(fixed, fixed_end)
-                                                                      : std::string(general, general_end);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
 
 // Builders for the field table. Each takes an accessor returning a reference into Config.
 using IntRef = std::function<int64_t&(Config&)>;
@@ -480,6 +469,16 @@ std::set<std::string> section_names() {
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = build_fields();
   return fields;
+}
+
+std::string float_literal(double v) {
+  char fixed[64], general[64];
+  const auto fixed_end = std::to_chars(fixed, fixed + sizeof fixed, v, std::chars_format::fixed).ptr;
+  const auto general_end = std::to_chars(general, general + sizeof general, v).ptr;
+  std::string s = (fixed_end - fixed) < (general_end - general) + 3 ? std::string(fixed, fixed_end)
+                                                                      : std::string(general, general_end);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
 }
 
 std::string closest_config_key(const std::string& key) {

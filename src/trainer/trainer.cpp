@@ -171,12 +171,16 @@ int Trainer::run() {
   if (resume_from) restore(*resume_from);
   data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
   if (runtime_.rank() == 0) {
-    write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
+    // the config of each segment of the run: the first, then one per resume (config_history.h)
+    if (resume_from)
+      record_segment_config(*resume_from);
+    else
+      write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
     metrics_log_ = std::make_unique<MetricsLog>(output_dir_ / "metrics.jsonl", resume_from ? optimizer_step_ : -1);
     if (cfg_.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(output_dir_ / "tensorboard");
   }
 
-  const int64_t total_micro_steps = cfg_.train.max_steps * cfg_.train.gradient_accumulation_steps;
+  const int64_t total_micro_steps = last_micro_step();
   run_start_ = step_start_ = Clock::now();
   first_step_ = optimizer_step_;
   Generation generation;
@@ -184,8 +188,8 @@ int Trainer::run() {
   std::vector<StepMetrics> micro_metrics, generation_metrics;
   while (micro_step_ < total_micro_steps) {
     set_watchdog_step(optimizer_step_);
-    const int64_t generation_step = micro_step_ / micro_steps_per_cycle_;
-    const int64_t position_in_cycle = micro_step_ % micro_steps_per_cycle_;
+    const int64_t generation_step = this->generation_step();
+    const int64_t position_in_cycle = this->position_in_cycle();
 
     // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one.
     if (!have_generation || generation.rows.generation_step != generation_step) {
@@ -203,7 +207,7 @@ int Trainer::run() {
     train_seconds_ += seconds_since(start);
 
     // 3. Every gradient_accumulation_steps micro-steps: allreduce, clip, AdamW, log, sync, checkpoint.
-    if (micro_step_ % cfg_.train.gradient_accumulation_steps == 0) {
+    if (at_optimizer_boundary()) {
       StepMetrics m = finish_optimizer_step(micro_metrics, generation_metrics);
       if (eval_due())
         for (const auto& [k, v] : evaluate()) m[k] = v;
@@ -274,7 +278,7 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
   const float threshold =
       global_entropy_threshold(*comm_, active, cfg_.grpo.top_entropy_quantile, cfg_.grpo.entropy_threshold_method).value;
   metrics["entropy_threshold"] = threshold;
-  if (micro_step_ % micro_steps_per_cycle_ == 0)
+  if (position_in_cycle() == 0)
     set_rollout_attribute((output_dir_ / "rollouts").string(), generation_step, runtime_.rank(), "entropy_threshold",
                           threshold);
   return entropy_mask(entropies, mask, threshold);
@@ -371,10 +375,28 @@ bool Trainer::stop_for_signal() {
   if (signal_number == 0) return false;
   log_info(str("rayless train: ", signal_name(signal_number), " received: checkpointing at micro-step ", micro_step_,
                " (a second SIGTERM or SIGINT stops at once, without a checkpoint)"));
-  save(micro_step_ % cfg_.train.gradient_accumulation_steps == 0);
+  save(at_optimizer_boundary());
   log_info(str("rayless train: stopped by signal after step ", optimizer_step_, " (micro-step ", micro_step_,
                "); resume with --resume auto"));
   return true;
+}
+
+int64_t Trainer::generation_step() const {
+  return segment_.generation_step + (micro_step_ - segment_.micro_step) / micro_steps_per_cycle_;
+}
+
+int64_t Trainer::position_in_cycle() const { return (micro_step_ - segment_.micro_step) % micro_steps_per_cycle_; }
+
+bool Trainer::at_optimizer_boundary() const {
+  return (micro_step_ - segment_.micro_step) % cfg_.train.gradient_accumulation_steps == 0;
+}
+
+int64_t Trainer::last_micro_step() const {
+  return segment_.micro_step + (cfg_.train.max_steps - segment_.optimizer_step) * cfg_.train.gradient_accumulation_steps;
+}
+
+ShardCursor Trainer::data_cursor(int64_t generation_step) const {
+  return advance_cursor(shard_spec_, segment_.data_cursor, generation_step - segment_.generation_step);
 }
 
 int run_training(Runtime& runtime, const TrainOptions& options) {

@@ -221,6 +221,10 @@ struct ConfigField {
 
 const std::vector<ConfigField>& config_fields();
 
+// The shortest text that reads back as the same double (0.2, not 0.20000000000000001; 300.0, not
+// 3e+02): std::to_chars' shortest form, in plain notation unless the exponent form is shorter.
+std::string float_literal(double v);
+
 // Loads a TOML file: unknown sections/keys (with "did you mean"), wrong types and out-of-range
 // values are InputErrors naming file, line and key. Then applies `overrides` ("section.key=value",
 // the value parsed as TOML, else taken as a string) and checks cross-field rules.
