@@ -8,6 +8,7 @@
 
 #include "rayless/base/bfloat16_products.h"
 #include "rayless/base/cpu_features.h"
+#include "rayless/base/failure_message.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
@@ -21,12 +22,14 @@
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/rollout/replay.h"
 #include "rayless/rollout/rollout_store.h"
+#include "rayless/runtime/available_memory.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/runtime/signals.h"
 #include "rayless/runtime/watchdog.h"
 #include "rayless/trainer/checkpoint.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/optimizer.h"
+#include "rayless/trainer/resource_bounds.h"
 #include "rayless/trainer/run_directory.h"
 #include "rayless/trainer/step_metrics.h"
 #include "rayless/trainer/tensorboard.h"
@@ -61,6 +64,14 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   inputCheck(!(cfg_.model.dtype == ModelDtype::Float16 && device_.is_cpu()),
              "model.dtype = \"float16\" is for GPUs only, and this run's device is the CPU (model.device = \"",
              choice_name(cfg_.model.device), "\" found no CUDA device): use \"bfloat16\" or \"float32\"");
+  // bounds before memory: the positions the model is made for, and a lower bound of what this rank
+  // will hold against what it has, before anything is loaded or written
+  const ModelArchConfig arch = load_model_config(cfg_.model.path);
+  check_training_positions(cfg_, arch, cfg_.model.path);
+  check_memory_fits(training_memory(cfg_, arch, runtime_.size()), available_memory(device_, runtime_.local_size()),
+                    "each rank of this run",
+                    "lower generation.max_completion_length, data.max_prompt_length or "
+                    "train.per_device_train_batch_size, or run fewer ranks per node (docs/models.md, Lengths and memory)");
   comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
   torch::manual_seed(cfg_.train.seed);
   // how bfloat16 products run on the CPU (train.bf16_products), for every pass of this run
@@ -99,6 +110,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
 
   const torch::Dtype dtype = torch_dtype_of(cfg_.model.dtype);
   logp_dtype_ = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const MemoryPhase loading("loading the model");
   policy_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
   policy_->set_gradient_checkpointing(cfg_.train.gradient_checkpointing);
   std::string lora_note;
@@ -193,6 +205,7 @@ int Trainer::run() {
 
     // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one.
     if (!have_generation || generation.rows.generation_step != generation_step) {
+      const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"));
       const auto start = Clock::now();
       generation = position_in_cycle == 0 ? generate_and_score(generation_step) : reload_generation(generation_step);
       generation_seconds_ += seconds_since(start);
@@ -201,6 +214,7 @@ int Trainer::run() {
     }
 
     // 2. One micro-step: log-probs, loss, backward (gradients accumulate locally).
+    const MemoryPhase training(str("training micro-step ", micro_step_ + 1));
     const auto start = Clock::now();
     micro_metrics.push_back(train_micro_batch(generation, position_in_cycle % steps_per_generation_));
     ++micro_step_;
@@ -208,6 +222,7 @@ int Trainer::run() {
 
     // 3. Every gradient_accumulation_steps micro-steps: allreduce, clip, AdamW, log, sync, checkpoint.
     if (at_optimizer_boundary()) {
+      const MemoryPhase stepping(str("optimizer step ", optimizer_step_ + 1, " (AdamW, evaluation, checkpoint)"));
       StepMetrics m = finish_optimizer_step(micro_metrics, generation_metrics);
       if (eval_due())
         for (const auto& [k, v] : evaluate()) m[k] = v;
