@@ -310,8 +310,8 @@ void add_model_and_data_fields(std::vector<ConfigField>& f) {
   f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before a plain-text prompt when tokenizer.chat_template names a template (empty = none)"));
   // [data]
   f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line"));
-  f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt text"));
-  f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent)"));
+  f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt: text, or a list of chat messages [{role, content}] (TRL's conversational rows)"));
+  f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent; may name the prompt field itself)"));
   f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));
   f.push_back(bool_field("data.skip_invalid", REF(data.skip_invalid), "skip and count bad rows (checked at start: JSON, prompt, length under truncation = error, reward fields) instead of stopping with exit 2"));
   f.push_back(int_field("data.max_prompt_length", REF(data.max_prompt_length), 1, kNoMax, "longest prompt in tokens"));
@@ -557,8 +557,10 @@ void set_named_reward_tables(Config& config, const std::string& kind, const toml
     const toml::table* table = table_node.as_table();
     inputCheck(table != nullptr, path, ":", table_node.source().begin.line, ": reward.", kind, ".", name.str(),
                " must be a table [reward.", kind, ".", name.str(), "]");
-    if (kind == "workers") config.reward.workers[std::string(name.str())];  // an empty table still names one
-    else config.reward.models[std::string(name.str())];
+    // an empty table still names one; its line is where errors about the table point
+    const std::string where = str(path, ":", table_node.source().begin.line, ": ");
+    if (kind == "workers") config.reward.workers[std::string(name.str())].where = where;
+    else config.reward.models[std::string(name.str())].where = where;
     for (const auto& [key, value] : *table)
       set_named_reward_key(config, str("reward.", kind, ".", name.str(), ".", key.str()), value,
                            str(path, ":", value.source().begin.line, ": "));
@@ -696,13 +698,13 @@ std::vector<CrossFieldRule> reward_rules() {
        [](const Config& c, int64_t) -> std::string {
          for (const auto& [name, w] : c.reward.workers) {
            if (!uses_reward(c, name.c_str()))
-             return str("[reward.workers.", name, "] is defined but reward.functions does not name \"", name, "\"");
-           if (w.command.empty()) return str("[reward.workers.", name, "] has no command");
+             return str(w.where, "[reward.workers.", name, "] is defined but reward.functions does not name \"", name, "\"");
+           if (w.command.empty()) return str(w.where, "[reward.workers.", name, "] has no command");
          }
          for (const auto& [name, m] : c.reward.models) {
            if (!uses_reward(c, name.c_str()))
-             return str("[reward.models.", name, "] is defined but reward.functions does not name \"", name, "\"");
-           if (m.path.empty()) return str("[reward.models.", name, "] has no path");
+             return str(m.where, "[reward.models.", name, "] is defined but reward.functions does not name \"", name, "\"");
+           if (m.path.empty()) return str(m.where, "[reward.models.", name, "] has no path");
          }
          return "";
        }},

@@ -95,7 +95,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                        cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
   if (!cfg_.eval.path.empty()) {
-    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field, cfg_.data.skip_invalid);
+    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field,
+                                        cfg_.data.skip_invalid, "eval.path");
     check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                          cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
     if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)

@@ -63,6 +63,7 @@ struct RewardWorkerConfig {
   std::string command;      // /bin/sh -c COMMAND
   double timeout_s = 60.0;  // seconds it may take per request
   int64_t batch_size = 0;   // 0 = one JSON line per completion
+  std::string where;        // "file:line: " of its table, for errors ("" when made by --set)
 };
 
 // [reward.models.NAME]: a Hugging Face *ForSequenceClassification directory (num_labels = 1).
@@ -71,6 +72,7 @@ struct RewardModelConfig {
   std::string tokenizer;    // tokenizer.json (default: the model directory's)
   int64_t batch_size = 8;   // texts per forward pass
   std::string chat_template = "auto";  // renders conversational rows: the reward model's own template
+  std::string where;        // "file:line: " of its table, for errors ("" when made by --set)
 };
 
 struct RewardConfig {
