@@ -87,7 +87,7 @@ MemoryEstimate training_memory(const Config& c, const ModelArchConfig& arch, int
   // backward keeps at least every layer's input of a micro-batch, and the LM head one chunk of logits
   e.parts.push_back({str("activations (", micro_rows, " rows x ", positions, " positions)"),
                      product({arch.num_hidden_layers + 1, micro_rows, positions, arch.hidden_size, activation}) +
-                         product({micro_rows, std::min(positions, c.grpo.logprob_chunk_size), arch.vocab_size, 4})});
+                         product({std::min(product({micro_rows, positions}), c.grpo.logprob_chunk_size), arch.vocab_size, 4})});
   return e;
 }
 

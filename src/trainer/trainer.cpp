@@ -184,11 +184,8 @@ int Trainer::run() {
   if (resume_from) restore(*resume_from);
   data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
   if (runtime_.rank() == 0) {
-    // the config of each segment of the run: the first, then one per resume (config_history.h)
-    if (resume_from)
-      record_segment_config(*resume_from);
-    else
-      write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
+    // the run's first config; a resumed segment's is recorded with its first step (config_history.h)
+    if (!resume_from) write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
     metrics_log_ = std::make_unique<MetricsLog>(output_dir_ / "metrics.jsonl", resume_from ? optimizer_step_ : -1);
     if (cfg_.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(output_dir_ / "tensorboard");
   }
@@ -228,6 +225,7 @@ int Trainer::run() {
       if (eval_due())
         for (const auto& [k, v] : evaluate()) m[k] = v;
       if (runtime_.rank() == 0) {
+        if (resume_from && optimizer_step_ == first_step_ + 1) record_segment_config(*resume_from);
         metrics_log_->write(optimizer_step_, m);
         if (tensorboard_) tensorboard_->add_scalars(optimizer_step_, m);
       }

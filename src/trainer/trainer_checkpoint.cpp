@@ -122,13 +122,13 @@ void Trainer::check_config_against(const fs::path& checkpoint, const TrainerStat
       log_warn(str("--allow-config-change ", key, ": the key has the checkpoint's value"));
 }
 
-// Rank 0, after a resume: this segment's config beside the run's first (config.resolved.toml).
+// Rank 0, at the first step after a resume: this segment's config beside the run's first
+// (config.resolved.toml). A resume that fails before it trains a step leaves no record.
 void Trainer::record_segment_config(const fs::path& resumed_from) const {
-  const std::string header =
-      str("# rayless: the config of this run from optimizer step ", optimizer_step_, " (micro-step ", micro_step_,
-          ") on, resumed from ", resumed_from.string(), " at ", runtime_.size(),
-          " rank(s); config.resolved.toml is the config the run started with\n");
-  write_text_atomically(output_dir_ / segment_config_name(optimizer_step_), header + config_to_toml(cfg_));
+  const std::string header = str("# rayless: the config of this run from optimizer step ", first_step_,
+                                 " on, resumed from ", resumed_from.string(), " at ", runtime_.size(),
+                                 " rank(s); config.resolved.toml is the config the run started with\n");
+  write_text_atomically(output_dir_ / segment_config_name(first_step_), header + config_to_toml(cfg_));
 }
 
 std::string Trainer::generation_file_hash(int64_t generation_step) const {

@@ -176,7 +176,7 @@ class Trainer {
   double sampling_seconds_ = 0, optimizer_seconds_ = 0;
   double generation_seconds_ = 0, train_seconds_ = 0;
   std::chrono::steady_clock::time_point run_start_, step_start_;
-  int64_t first_step_ = 0;  // the optimizer step this process started at (for the ETA)
+  int64_t first_step_ = 0;  // the optimizer step this process started at (the ETA, the segment record)
 };
 
 // Trainer(runtime, options).run()
