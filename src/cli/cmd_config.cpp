@@ -1,7 +1,10 @@
+#include <filesystem>
 #include <iostream>
 
 #include "cli/options.h"
 #include "rayless/base/config.h"
+#include "rayless/model/model.h"
+#include "rayless/trainer/resource_bounds.h"
 
 namespace rayless::cli {
 
@@ -44,6 +47,9 @@ int config(const Args& args) {
   if (action == "show") {
     std::cout << config_to_toml(cfg);
   } else {
+    // lengths the model cannot hold are refused here too, as `rayless train` refuses them at start
+    if (std::filesystem::exists(std::filesystem::path(cfg.model.path) / "config.json"))
+      check_training_positions(cfg, load_model_config(cfg.model.path), cfg.model.path);
     std::cout << file << ": ok" << std::endl;
   }
   return 0;
