@@ -2,6 +2,7 @@
 
 #include "cli/options.h"
 #include "rayless/base/config.h"
+#include "rayless/base/config_paths.h"
 
 namespace rayless::cli {
 
@@ -43,9 +44,13 @@ int config(const Args& args) {
   const Config cfg = load_config(file, overrides);
   if (action == "show") {
     std::cout << config_to_toml(cfg);
-  } else {
-    std::cout << file << ": ok" << std::endl;
+    return 0;
   }
+  // every path that names nothing, one line each, so a job is not queued for hours to fail at start
+  const std::vector<std::string> problems = missing_config_paths(cfg);
+  for (const std::string& problem : problems) print_error(str(file, ": ", problem));
+  if (!problems.empty()) return kExitInput;
+  std::cout << file << ": ok" << std::endl;
   return 0;
 }
 

@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <filesystem>
+
 #include "cli/options.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/trainer/trainer.h"
@@ -18,6 +21,9 @@ int train(const Args& args) {
                            "exit codes: 0 done, 1 runtime failure, 2 bad input, 3 stopped by a signal after a checkpoint",
                      options, vm))
     return 0;
+  // reward worker commands run in this working directory; $RAYLESS_CONFIG_DIR names the config's
+  if (!train_options.config_path.empty())
+    setenv("RAYLESS_CONFIG_DIR", std::filesystem::absolute(train_options.config_path).parent_path().c_str(), 1);
   Runtime runtime;
   return run_spmd(runtime, [&] { return run_training(runtime, train_options); });
 }
