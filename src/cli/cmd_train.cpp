@@ -3,11 +3,14 @@
 
 #include "cli/options.h"
 #include "rayless/runtime/runtime.h"
+#include "rayless/runtime/signals.h"
 #include "rayless/trainer/trainer.h"
 
 namespace rayless::cli {
 
 int train(const Args& args) {
+  // first: a stop signal from here on is held until training can checkpoint, not fatal (runtime/signals.h)
+  StopSignalScope stop_signals;
   po::options_description options("rayless train");
   TrainOptions train_options;
   options.add_options()("config", po::value(&train_options.config_path), "config TOML (omit to use only defaults)")(
@@ -25,6 +28,7 @@ int train(const Args& args) {
   if (!train_options.config_path.empty())
     setenv("RAYLESS_CONFIG_DIR", std::filesystem::absolute(train_options.config_path).parent_path().c_str(), 1);
   Runtime runtime;
+  announce_stop_signals_taken(runtime.control(), runtime.rank());
   return run_spmd(runtime, [&] { return run_training(runtime, train_options); });
 }
 
