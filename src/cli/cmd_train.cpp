@@ -28,8 +28,10 @@ int train(const Args& args) {
   if (!train_options.config_path.empty())
     setenv("RAYLESS_CONFIG_DIR", std::filesystem::absolute(train_options.config_path).parent_path().c_str(), 1);
   Runtime runtime;
-  announce_stop_signals_taken(runtime.control(), runtime.rank());
-  return run_spmd(runtime, [&] { return run_training(runtime, train_options); });
+  return run_spmd(runtime, [&] {
+    announce_stop_signals_taken(runtime.control(), runtime.rank());  // a file it cannot write ends every rank
+    return run_training(runtime, train_options);
+  });
 }
 
 }  // namespace rayless::cli

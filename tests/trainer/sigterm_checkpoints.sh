@@ -13,7 +13,7 @@
 #  (5) local-twice: a second SIGTERM to train-local.sh stops the ranks at once (exit 1, no checkpoint).
 #  (6) mpirun-usr1, (7) mpirun-term: plain mpirun forwards SIGUSR1 (checkpoint, exit 3), and answers
 #      SIGTERM by killing the ranks a second later (no checkpoint when no step ends in that second).
-# Cases 5 and 7 signal during the first step of a run with 128-token completions (over a second).
+# Cases 5 and 7 signal during a first micro-step of several seconds (64 completions of up to 128 tokens).
 # usage: sigterm_checkpoints.sh RAYLESS TRAIN_UNTIL_SIGNAL
 set -uo pipefail
 rayless=$1; until_signal=$2
@@ -48,7 +48,9 @@ checkpointed() {
   latest=$(cat "$1/checkpoints/latest" 2>/dev/null) && [ -f "$1/checkpoints/$latest/model.safetensors" ] && echo yes || echo no
 }
 long=(--set train.max_steps=200 --set checkpoint.save_steps=1000)
-slow_steps=(--set train.max_steps=200 --set checkpoint.save_steps=1000 --set generation.max_completion_length=128)
+# a first micro-step of several seconds (64 completions of up to 128 tokens to generate)
+slow_steps=(--set train.max_steps=200 --set checkpoint.save_steps=1000 --set generation.max_completion_length=128
+            --set train.per_device_train_batch_size=16)
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # (1) the launcher script, SIGTERM after step 1
@@ -108,7 +110,8 @@ wait "$pid"
 rc=$?
 pid=""
 cat "$work/d.log"
-grep -q "held until the ranks take signals" "$work/d.log" || fail "the launcher did not hold the early SIGTERM"
+# held by the script (before mpirun started, or while the ranks start), passed on once they take signals
+grep -q "the ranks take signals now, .*: the request held" "$work/d.log" || fail "the launcher did not hold the early SIGTERM"
 [ $rc -eq 3 ] || fail "SIGTERM while the ranks start: exit $rc, expected 3"
 [ "$(cat "$work/d/checkpoints/latest" 2>/dev/null)" = step-00000001 ] \
   || fail "expected the checkpoint after the first step, got '$(cat "$work/d/checkpoints/latest" 2>/dev/null)'"

@@ -6,7 +6,7 @@
 #     the config's directory, and the run finishes uninterrupted.
 #  2. A slurm/preemptible.sbatch job preempted three times, each time checkpointing (exit 3),
 #     requeueing itself and resuming with --resume auto: scancel --batch --signal=USR1 while its ranks
-#     still start (a stand-in that takes 2 s to start, tools/slurm/slow_start.sh, right after srun
+#     still start (a stand-in that takes 3 s to start, tools/slurm/slow_start.sh, right after srun
 #     began: within the first second of RUNNING), again after the next allocation's first step, and
 #     scancel --signal=USR1 (the ranks, no --batch) after the third's. It must end COMPLETED with
 #     Restarts=3 and the final model.safetensors of the reference.
@@ -83,7 +83,7 @@ grep -q "checkout $root_dir," "$work/reference-$job.out" || fail "the job did no
 # 2. preempted three times
 log_of() { echo "$work/preempted-$1.out"; }
 job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/preempted RAYLESS_BIN=$root_dir/tools/slurm/slow_start.sh \
-        SLOW_START_BIN=$bin SLOW_START_SECONDS=2 \
+        SLOW_START_BIN=$bin SLOW_START_SECONDS=3 \
         sbatch "${sbatch_args[@]}" --output="$work/preempted-%j.out" slurm/preemptible.sbatch "${train_args[@]}") \
   || fail "sbatch slurm/preemptible.sbatch failed"
 job=${job%%;*}

@@ -5,8 +5,8 @@
 #    slurmd): every rank checkpoints, exit 3;
 #  - batch: after its first step, to the batch shell only (scancel --batch --signal=TERM JOBID: the
 #    script turns it into SIGUSR1 for srun, since srun answers SIGTERM by killing its tasks): exit 3;
-#  - twice: twice to the batch shell during the first step of a run with 128-token completions (over
-#    a second): the second becomes SIGTERM to srun, which kills the tasks: exit 137, no checkpoint.
+#  - twice: twice to the batch shell during a first step of several seconds (64 completions of up to
+#    128 tokens): the second becomes SIGTERM to srun, which kills the tasks: exit 137, no checkpoint.
 # (Written when the sbatch scripts exec'd srun, so SIGTERM to the shell killed the step without a
 # checkpoint; the third when the docs said a second SIGTERM ends with 143.)
 #   test_signals.sh RAYLESS_BINARY WORK_DIR
@@ -26,7 +26,7 @@ export RAYLESS_BIN=$bin RAYLESS_CONFIG=$root_dir/configs/ci-small.toml
 
 for how in ranks batch twice; do
   args=(--set train.max_steps=400 --set checkpoint.save_steps=1000)
-  [ $how = twice ] && args+=(--set generation.max_completion_length=128)
+  [ $how = twice ] && args+=(--set generation.max_completion_length=128 --set train.per_device_train_batch_size=16)
   out=$work/$how.out
   job=$(cd "$root_dir" && RAYLESS_OUTPUT=$work/$how \
           sbatch --parsable --output="$out" slurm/cpu.sbatch "${args[@]}") || fail "sbatch failed"
