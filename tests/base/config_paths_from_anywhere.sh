@@ -5,7 +5,8 @@
 #      the two files configs/example-full.toml needs downloaded (model.path, data.path);
 #  (2) `rayless train --config <checkout>/configs/ci-small.toml` trains a step, with a reward worker
 #      whose command finds its script through $RAYLESS_CONFIG_DIR (the config's directory), and
-#      config.resolved.toml holds absolute paths.
+#      config.resolved.toml holds absolute paths;
+#  (3) <checkout>/jobs/train-local.sh with its default config (configs/demo.toml) trains a step.
 # (Written when paths resolved against the working directory: "data/demo/prompts.jsonl: cannot open
 # prompt dataset" outside the checkout.)
 # usage: config_paths_from_anywhere.sh RAYLESS
@@ -38,3 +39,9 @@ grep -q '"rewards/brevity/mean"' run/metrics.jsonl || fail "the worker found thr
 grep -q "^path = '$src/data/demo/prompts.jsonl'" run/config.resolved.toml || fail "config.resolved.toml's data.path is not absolute"
 grep -q "^path = '$src/configs/models/tiny'" run/config.resolved.toml || fail "config.resolved.toml's model.path is not absolute"
 echo "PASS: rayless train --config from $work: a step, the worker beside the config, absolute paths in config.resolved.toml"
+
+RAYLESS_BIN=$rayless "$src/jobs/train-local.sh" -n 2 -t 1 -o local-run --set train.max_steps=1 > local.log 2>&1 \
+  || { cat local.log; fail "jobs/train-local.sh from $work"; }
+[ -f local-run/checkpoints/step-00000001/model.safetensors ] || fail "train-local.sh from $work: no checkpoint"
+grep -q -- "--config $src/configs/demo.toml" local.log || fail "train-local.sh did not take its checkout's demo config"
+echo "PASS: jobs/train-local.sh from $work: the checkout's demo config, a step"
