@@ -218,7 +218,7 @@ TEST_CASE("config: floats print as the shortest text that reads back the same") 
                        Catch::Contains("collective_timeout_s = 300.0"));
 }
 
-TEST_CASE("config: a relative path in the file is relative to the file's directory; --set and defaults to the working one") {
+TEST_CASE("config: a relative path in the file is relative to the file's directory, one from --set or a default to the working one") {
   const auto path = write_temp_config("paths/run.toml",
                                       "[model]\npath = \"models/m\"\n"
                                       "[tokenizer]\npath = \"../t/tokenizer.json\"\nchat_template = \"templates/chat.jinja\"\n"
