@@ -2,7 +2,8 @@
 # Relative paths in a config are relative to the config's directory, so a config works from any
 # working directory (docs/config.md, "Paths"). From an empty directory outside the checkout:
 #  (1) `rayless config check` passes configs/ci-small.toml and names, one line each with exit 2,
-#      the two files configs/example-full.toml needs downloaded (model.path, data.path);
+#      the two files configs/example-full.toml needs downloaded (model.path, data.path); with
+#      --skip-paths it checks keys, values and rules only;
 #  (2) `rayless train --config <checkout>/configs/ci-small.toml` trains a step, with a reward worker
 #      whose command finds its script through $RAYLESS_CONFIG_DIR (the config's directory), and
 #      config.resolved.toml holds absolute paths;
@@ -28,7 +29,8 @@ grep -q "example-full.toml: model.path = \"$src/models/Qwen2.5-0.5B-Instruct\": 
   || fail "model.path not named, or not resolved against configs/"
 grep -q "example-full.toml: data.path = \"$src/data/gsm8k-train.jsonl\": no such file" check.err \
   || fail "data.path not named, or not resolved against configs/"
-echo "PASS: config check from $work: ci-small ok; example-full names model.path and data.path"
+"$rayless" config check "$src/configs/example-full.toml" --skip-paths > /dev/null || fail "config check --skip-paths still checks the files"
+echo "PASS: config check from $work: ci-small ok; example-full names model.path and data.path (--skip-paths: ok)"
 
 "$rayless" train --config "$src/configs/ci-small.toml" --output run --set train.max_steps=1 \
   --set 'reward.functions=["length","brevity"]' \
