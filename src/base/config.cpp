@@ -311,7 +311,7 @@ void add_model_and_data_fields(std::vector<ConfigField>& f) {
   f.push_back(table_field("tokenizer.chat_template_kwargs", REF(tokenizer.chat_template_kwargs), "extra chat-template variables, e.g. { enable_thinking = false } (TRL's chat_template_kwargs)"));
   f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before a plain-text prompt when tokenizer.chat_template names a template (empty = none)"));
   // [data]
-  f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line"));
+  f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line, or a directory of *.jsonl shards read as one in name order (rows read through a byte-offset index, docs/hpc.md)"));
   f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt: text, or a list of chat messages [{role, content}] (TRL's conversational rows)"));
   f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent; may name the prompt field itself)"));
   f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));

@@ -90,25 +90,21 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   prompt_format_ = prompt_format_from_config(cfg_.tokenizer, cfg_.model.path);
   // reward models run on the rank's device in the policy's dtype
   rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
-  // every row checked now (prompt length after the template, what the rewards need), not hours in
+  // every row checked now (prompt length after the template, what the rewards need), not hours in;
+  // the rows stay in their files, read through an index when they are drawn
   const auto data_start = Clock::now();
-  dataset_ = load_prompt_dataset(cfg_.data);
-  int64_t longest_prompt =
-      check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
-                           cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+  int64_t longest_prompt = 0;
+  dataset_ = open_checked_dataset(cfg_.data.path, "data.path", dataset_checked_now_, longest_prompt);
   if (!cfg_.eval.path.empty()) {
-    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field,
-                                        cfg_.data.skip_invalid, "eval.path");
-    longest_prompt = std::max(longest_prompt, check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_,
-                                                                   cfg_.data.max_prompt_length, cfg_.data.truncation,
-                                                                   cfg_.data.skip_invalid,
-                                                                   [&](const nlohmann::json& row) { return rewards_->check_row(row); }));
-    if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
-      eval_dataset_.rows.resize(static_cast<size_t>(cfg_.eval.max_samples));
+    bool eval_checked_now = false;
+    int64_t longest_eval_prompt = 0;
+    eval_dataset_ = open_checked_dataset(cfg_.eval.path, "eval.path", eval_checked_now, longest_eval_prompt);
+    longest_prompt = std::max(longest_prompt, longest_eval_prompt);
+    if (cfg_.eval.max_samples > 0) eval_dataset_.limit(cfg_.eval.max_samples);
   }
   const double data_seconds = seconds_since(data_start);
   check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
-  shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
+  shard_spec_.num_prompts = dataset_.size();
   shard_spec_.prompts_per_rank = cfg_.global_generation_batch(runtime_.size()) / cfg_.grpo.num_generations;
   shard_spec_.world_size = 1;  // every rank walks the whole batch of prompts and takes its completions
   shard_spec_.seed = static_cast<uint64_t>(cfg_.train.seed);
@@ -141,13 +137,16 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters", lora_note, "), ",
-               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), tokenizer ",
+               dataset_.size(), " prompts (", dataset_checked_now_ ? "read and checked" : "opened", " in ",
+               seconds_text(data_seconds), " s; ", dataset_.index_note(),
+               dataset_checked_now_ ? "" : "; rows checked by an earlier start with these files and settings",
+               "), tokenizer ",
                tokenizer_->class_origin().empty() ? tokenizer_->kind() : tokenizer_->class_origin(), ", chat template ",
                prompt_format_.chat_template.source(), ", output ", output_dir_.string()));
   if (const std::string note = tokenizer_->class_change_note(); !note.empty()) log_warn(note);
-  if (dataset_.skipped_lines > 0)
-    log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
-                 dataset_.first_skip_reason, ")"));
+  if (dataset_.skipped_lines() > 0)
+    log_warn(str("skipped ", dataset_.skipped_lines(), " invalid lines of ", dataset_.path(), " (first: ",
+                 dataset_.first_skip_reason(), ")"));
   if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units()) {
     if (bfloat16_products() == BFloat16Products::bfloat16)
       log_warn("train.bf16 = true with train.bf16_products = \"bfloat16\" on a CPU without bfloat16 matrix units "

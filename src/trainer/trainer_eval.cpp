@@ -29,7 +29,7 @@ std::pair<double, double> nan_mean_std(const torch::Tensor& values) {
 }  // namespace
 
 bool Trainer::eval_due() const {
-  if (eval_dataset_.rows.empty()) return false;
+  if (eval_dataset_.size() == 0) return false;
   return optimizer_step_ == cfg_.train.max_steps || (cfg_.eval.steps > 0 && optimizer_step_ % cfg_.eval.steps == 0);
 }
 
@@ -39,10 +39,11 @@ StepMetrics Trainer::evaluate() {
   // prompt i goes to rank i % world: every rank gets its share, even when the set is small
   Drawn drawn;
   std::vector<std::vector<int64_t>> unique_prompts;
-  for (size_t i = static_cast<size_t>(rank); i < eval_dataset_.rows.size(); i += static_cast<size_t>(world)) {
-    const PromptRow& row = eval_dataset_.rows[i];
+  for (int64_t i = rank; i < eval_dataset_.size(); i += world) {
+    const PromptRow row = eval_dataset_.row(i);
+    const std::string where = eval_dataset_.where(i);
     for (int64_t g = 0; g < G; ++g) {
-      add_prompt(drawn, row, str(eval_dataset_.path, ":", row.line));
+      add_prompt(drawn, row, where);
       drawn.rows.group_index.push_back(static_cast<int64_t>(i));
     }
     unique_prompts.push_back(drawn.rows.prompt_ids.back());
@@ -88,7 +89,7 @@ StepMetrics Trainer::evaluate() {
   m["eval_num_completions"] = static_cast<double>(all.size(0));
   if (rank == 0)
     log_info(str("eval at step ", optimizer_step_, ": reward ", m["eval_reward"], " +- ", m["eval_reward_std"], " over ",
-                 all.size(0), " completions of ", eval_dataset_.rows.size(), " prompts"));
+                 all.size(0), " completions of ", eval_dataset_.size(), " prompts"));
 
   if (!unique_prompts.empty()) {
     RolloutExtras extras{rewards_per_func, (rewards_per_func * weights.unsqueeze(0)).nansum(1), drawn.sampled.entropies,

@@ -75,8 +75,7 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
   std::vector<std::vector<int64_t>> unique_prompts;  // one per group present on this rank
   for (int64_t i = rank * N; i < (rank + 1) * N; ++i) {
     const int64_t dataset_row = shard.rows[static_cast<size_t>(i / G)];
-    const PromptRow& row = dataset_.rows[static_cast<size_t>(dataset_row)];
-    add_prompt(drawn, row, str(dataset_.path, ":", row.line));
+    add_prompt(drawn, dataset_.row(dataset_row), dataset_.where(dataset_row));
     drawn.rows.group_index.push_back(dataset_row);
     if (i % G == 0) unique_prompts.push_back(drawn.rows.prompt_ids.back());
   }

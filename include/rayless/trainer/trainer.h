@@ -100,6 +100,12 @@ class Trainer {
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                        int64_t prompt_width);
 
+  // datasets (trainer_data.cpp): opened through their line indexes, every row checked over the ranks
+  // or an earlier check's verdict reused (checked_now says which); longest_prompt: in tokens
+  PromptDataset open_checked_dataset(const std::string& path, const std::string& key, bool& checked_now,
+                                     int64_t& longest_prompt);
+  std::string dataset_check_fingerprint() const;
+
   // evaluation (trainer_eval.cpp)
   bool eval_due() const;
   StepMetrics evaluate();
@@ -151,6 +157,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_log_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard
   PromptDataset eval_dataset_;                      // eval.path (empty: no evaluation)
+  bool dataset_checked_now_ = false;                // data.path's rows checked by this start (not reused)
   std::vector<SampleRow> samples_;                  // rank 0: the latest generation's first rows
   ShardSpec shard_spec_;  // the whole generation batch of prompts; each rank takes its completions
   std::string config_hash_;
