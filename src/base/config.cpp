@@ -392,6 +392,7 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory (under the forward's autocast with train.bf16, as torch.utils.checkpoint does)"));
   f.push_back(bool_field("train.padding_free", REF(train.padding_free), "log-prob passes compute each distinct prompt once and no padding (false: TRL's padded layout)"));
   f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));
+  f.push_back(int_field("train.max_nonfinite_steps", REF(train.max_nonfinite_steps), 1, kNoMax, "non-finite steps in a row (a NaN or infinity in the logits, rewards, log-probs, loss, its metrics or the grad norm; such a step is not applied) after which the run stops with exit 4"));
   f.push_back(string_field("train.replay_rollouts", REF(train.replay_rollouts), {}, "JSONL of prompts and completions per generation step and rank, used instead of sampling (empty = sample)"));
   // [checkpoint]
   f.push_back(int_field("checkpoint.save_steps", REF(checkpoint.save_steps), 0, kNoMax, "checkpoint every N optimizer steps (0 = only at the end and on signal)"));

@@ -10,6 +10,7 @@ namespace rayless {
 
 int exit_code_for(const std::exception& error) {
   if (dynamic_cast<const InputError*>(&error) != nullptr) return kExitInput;
+  if (dynamic_cast<const NonfiniteError*>(&error) != nullptr) return kExitNonfinite;
   return kExitRuntime;
 }
 

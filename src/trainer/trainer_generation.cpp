@@ -43,6 +43,19 @@ Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
   const int64_t first_row = runtime_.rank() * rows.size();  // every rank holds the same number of rows
   rows.advantages = all.advantages.slice(0, first_row, first_row + rows.size());
 
+  // for the non-finite guard: rows whose logits (the sampler's) or rewards were not finite
+  generation.rewards_per_func = rewards_per_func;
+  const torch::Tensor reward_inf = torch::isinf(rewards_per_func).any(1);
+  const torch::Tensor logits_bad = drawn.sampled.nonfinite.defined() ? drawn.sampled.nonfinite.to(torch::kCPU, torch::kBool)
+                                                                     : torch::zeros_like(reward_inf);
+  generation.nonfinite_rows = reward_inf | logits_bad;
+  generation.logits_nonfinite = logits_bad.any().item<bool>();
+  generation.rewards_nonfinite = reward_inf.any().item<bool>();
+  if (generation.logits_nonfinite)
+    log_warn(str("generation ", generation_step, ": the logits of ", logits_bad.sum().item<int64_t>(), " of ", rows.size(),
+                 " rows held a NaN or an infinity (the policy diverged); they ended early, and the steps trained on this "
+                 "generation will not be applied (first: ", prompt_name(rows.group_index[static_cast<size_t>(logits_bad.nonzero()[0][0].item<int64_t>())]), ")"));
+
   torch::Tensor entropies = drawn.sampled.entropies;  // the sampler's, unless the old-log-prob pass runs
   old_and_reference_logps(rows, entropies);
   rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.completion_mask.sum().item<double>()));
@@ -187,8 +200,27 @@ torch::Tensor Trainer::score(Drawn& drawn) {
                                        /*skip_special_tokens=*/true));
     counts.push_back(length);
   }
-  torch::Tensor out = rewards_->score(drawn.prompt_texts, texts, counts, drawn.fields).to(torch::kFloat32);
+  std::vector<RewardSet::NonfiniteScore> infinite;
+  const torch::Tensor scores = rewards_->score(drawn.prompt_texts, texts, counts, drawn.fields, &infinite);
+  torch::Tensor out = scores.to(torch::kFloat32);  // TRL holds rewards in float32: past 3.4e38 they are infinite
   drawn.completion_texts = std::move(texts);
+  // every reward that is not a finite number, named with its row (rewards stay as TRL would have them:
+  // an infinity the function returned counts as no score, NaN; a finite one too large for float32 is
+  // an infinity, which the guard then sees)
+  const auto name_of = [&](int64_t i, size_t k, const std::string& value, const std::string& becomes) {
+    return str("reward ", rewards_->names()[k], " of completion ", i, " (", prompt_name(rows.group_index[static_cast<size_t>(i)]),
+               ") is ", value, ": ", becomes);
+  };
+  std::vector<std::string> warnings;
+  for (const auto& f : infinite) warnings.push_back(name_of(f.row, f.function, str(f.value), "counted as no score (NaN)"));
+  const torch::Tensor overflow = torch::isinf(out).nonzero();
+  for (int64_t j = 0; j < overflow.size(0); ++j) {
+    const int64_t i = overflow[j][0].item<int64_t>(), k = overflow[j][1].item<int64_t>();
+    warnings.push_back(name_of(i, static_cast<size_t>(k), str(scores[i][k].item<double>()),
+                               "infinite in float32, as TRL holds rewards; the steps trained on this generation will not be applied"));
+  }
+  if (!warnings.empty())
+    log_warn(str(warnings.front(), warnings.size() > 1 ? str(" (and ", warnings.size() - 1, " more on rank ", runtime_.rank(), ")") : ""));
   return out;
 }
 
