@@ -212,7 +212,8 @@ int Trainer::run() {
 
     // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one.
     if (!have_generation || generation.rows.generation_step != generation_step) {
-      const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"));
+      const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"),
+                              memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::Sampling));
       const auto start = Clock::now();
       generation = position_in_cycle == 0 ? generate_and_score(generation_step) : reload_generation(generation_step);
       generation_seconds_ += seconds_since(start);
@@ -221,7 +222,8 @@ int Trainer::run() {
     }
 
     // 2. One micro-step: log-probs, loss, backward (gradients accumulate locally).
-    const MemoryPhase training(str("training micro-step ", micro_step_ + 1));
+    const MemoryPhase training(str("training micro-step ", micro_step_ + 1),
+                               memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::TrainingStep));
     const auto start = Clock::now();
     micro_metrics.push_back(train_micro_batch(generation, position_in_cycle % steps_per_generation_));
     ++micro_step_;

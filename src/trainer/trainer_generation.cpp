@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "rayless/base/failure_message.h"
 #include "rayless/model/lora.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
@@ -16,6 +17,7 @@
 #include "rayless/rollout/replay.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
+#include "rayless/trainer/resource_bounds.h"
 #include "rayless/trainer/step_metrics.h"
 #include "rayless/trainer/trainer.h"
 #include "trainer/trainer_internal.h"
@@ -57,7 +59,11 @@ Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
                  "generation will not be applied (first: ", prompt_name(rows.group_index[static_cast<size_t>(logits_bad.nonzero()[0][0].item<int64_t>())]), ")"));
 
   torch::Tensor entropies = drawn.sampled.entropies;  // the sampler's, unless the old-log-prob pass runs
-  old_and_reference_logps(rows, entropies);
+  {
+    const MemoryPhase phase(str("the old and reference log-prob passes of generation ", generation_step),
+                            memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::LogprobPass));
+    old_and_reference_logps(rows, entropies);
+  }
   rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.completion_mask.sum().item<double>()));
   generation.metrics = generation_metrics(*comm_, rows, all_rewards_per_func, all, rewards_->names(), num_tokens_);
   keep_samples(drawn, rewards_per_func, rows.advantages);

@@ -26,6 +26,7 @@ constexpr int kExitInput = 2;
 constexpr int kExitCheckpointedOnSignal = 3;  // stopped on SIGUSR1/SIGTERM after writing a checkpoint
 constexpr int kExitNonfinite = 4;   // stopped: train.max_nonfinite_steps non-finite steps in a row, or a
                                     // checkpoint that would hold a non-finite tensor (none was written)
+constexpr int kExitOutOfMemory = 5;  // an allocation failed (host or device): lower the named settings
 
 // The run stopped because its numbers stopped being finite (exit 4): the weights are not to be trusted
 // past the last checkpoint, and a rerun without a change (a lower learning rate, other data) would
@@ -53,7 +54,7 @@ std::string str(const Parts&... parts) {
 }
 
 // Exit code for an exception caught at the top of a command: 2 for an InputError, 4 for a
-// NonfiniteError, else 1.
+// NonfiniteError, 5 for a failed allocation (failure_message.h), else 1.
 int exit_code_for(const std::exception& error);
 
 // "rayless: error: <what>" on stderr, one line (newlines in the message become spaces).
