@@ -171,6 +171,63 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
   return score_packed(model, hidden, source, scored_flat, completion_ids, options);
 }
 
+// The pass without gradients in pieces along the sequence (completion_logprobs.h).
+LogprobsAndEntropies sequence_chunked_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                               const torch::Tensor& completion_ids_in,
+                                               const torch::Tensor& completion_mask_in,
+                                               const CompletionLogprobOptions& options) {
+  const auto device = model->device();
+  const auto long_cpu = torch::TensorOptions().dtype(torch::kInt64);
+  const int64_t B = completion_ids_in.size(0), T = completion_ids_in.size(1);
+  const auto completion_ids = completion_ids_in.cpu().contiguous();
+  const auto scored = (completion_mask_in.cpu() != 0).contiguous();
+  std::map<std::vector<int64_t>, int64_t> prompt_number;
+  std::vector<std::vector<int64_t>> distinct;
+  auto prompt_of_row = torch::empty({B}, long_cpu);
+  for (int64_t b = 0; b < B; ++b) {
+    auto [it, added] = prompt_number.emplace(prompts[static_cast<size_t>(b)], static_cast<int64_t>(distinct.size()));
+    if (added) distinct.push_back(it->first);
+    prompt_of_row[b] = it->second;
+  }
+  auto [prompt_ids, prompt_mask] = left_pad(distinct, options.pad_id);
+  const int64_t P = prompt_ids.size(1);
+  // positions 0 .. needed-1 score tokens 1 .. needed (a row's last scored token at most `needed`)
+  int64_t needed = 0;
+  for (int64_t last : last_scored_positions(scored)) needed = std::max(needed, last);
+  const torch::Tensor weight = model->lm_head_weight();
+  const torch::Tensor rows = prompt_of_row.to(device);
+
+  KVCache cache;
+  cache.capacity_hint = P + needed;
+  const torch::Tensor prompt_hidden = model->forward_hidden(prompt_ids.to(device), prompt_mask.to(device),
+                                                            shifted_positions(prompt_ids.size(0), P, 0, options, device), &cache);
+  // token 0 is scored by its prompt's last position
+  const LogprobsAndEntropies first =
+      fused_logprobs(prompt_hidden.select(1, P - 1).index_select(0, rows).unsqueeze(1), weight, torch::Tensor(),
+                     completion_ids.narrow(1, 0, 1).to(device), options.temperature, options.chunk_positions);
+  auto logps = torch::zeros({B, T}, first.logps.options());
+  auto entropies = torch::zeros({B, T}, first.entropies.options());
+  logps.narrow(1, 0, 1).copy_(first.logps);
+  entropies.narrow(1, 0, 1).copy_(first.entropies);
+  if (distinct.size() != static_cast<size_t>(B)) cache.select_rows(prompt_of_row);
+  auto mask = prompt_mask.index_select(0, prompt_of_row).to(device);
+  const auto positions = shifted_positions(B, P, T, options, device);
+  for (int64_t c0 = 0; c0 < needed; c0 += options.sequence_chunk) {
+    const int64_t c1 = std::min(c0 + options.sequence_chunk, needed);
+    mask = torch::cat({mask, scored.slice(1, c0, c1).to(torch::kInt64).to(device)}, 1);
+    const torch::Tensor hidden = model->forward_hidden(completion_ids.slice(1, c0, c1).to(device), mask,
+                                                       positions.defined() ? positions.slice(1, P + c0, P + c1) : torch::Tensor(),
+                                                       &cache);
+    // position c0 + j scores token c0 + j + 1
+    const LogprobsAndEntropies piece = fused_logprobs(hidden, weight, torch::Tensor(), completion_ids.slice(1, c0 + 1, c1 + 1).to(device),
+                                                      options.temperature, options.chunk_positions);
+    logps.slice(1, c0 + 1, c1 + 1).copy_(piece.logps);
+    entropies.slice(1, c0 + 1, c1 + 1).copy_(piece.entropies);
+  }
+  const auto outside = scored.logical_not().to(device);
+  return {logps.masked_fill_(outside, 0.0), entropies.masked_fill_(outside, 0.0)};
+}
+
 }  // namespace
 
 LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -180,6 +237,9 @@ LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std:
                    static_cast<int64_t>(prompts.size()) == completion_ids.size(0),
                "completion_logprobs: ", prompts.size(), " prompts, completion_ids ", completion_ids.sizes(),
                ", completion_mask ", completion_mask.sizes());
+  if (completion_ids.size(1) > options.sequence_chunk && options.sequence_chunk > 0 && !torch::GradMode::is_enabled() &&
+      model->config().rope.type != RopeType::Dynamic)
+    return sequence_chunked_logprobs(model, prompts, completion_ids, completion_mask, options);
   if (!options.packed || completion_ids.size(1) == 0)
     return padded_logprobs(model, prompts, completion_ids, completion_mask, options);
   const bool checkpointing = model->gradient_checkpointing() && model->is_training() && torch::GradMode::is_enabled();

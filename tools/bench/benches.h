@@ -18,6 +18,7 @@ int bench_decode(const Args& args);     // bench_decode.cpp: one decode step vs 
 int bench_products(const Args& args);   // bench_products.cpp: generation's weight products, kernel by kernel
 int bench_rollouts(const Args& args);   // bench_rollouts.cpp
 int bench_zero_memory(const Args& args);  // bench_zero_memory.cpp: bytes per rank at each ZeRO stage
+int bench_long_completions(const Args& args);  // bench_long_completions.cpp: memory of each phase at 4k-16k tokens
 int init_model(const Args& args);       // init_model.cpp: seeded HF model directory from a config.json
 
 // Shared by the commands (bench_common.cpp).

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
                    {"products", bench_products, "generation's weight products per kernel (AMX tiles, oneDNN), weights from a pool"},
                    {"rollouts", bench_rollouts, "rollout tokens/s and rollout-store write/read time"},
                    {"zero-memory", bench_zero_memory, "parameters, gradients and AdamW state per rank at ZeRO stages 0/1/2"},
+                   {"long-completions", bench_long_completions, "peak memory of generation, log-prob and training passes at one completion length"},
                    {"init-model", init_model, "seeded HF model directory from a config.json"}},
                   argc, argv);
 }

@@ -25,6 +25,9 @@ struct CompletionLogprobOptions {
   int64_t pad_id = 0;
   double temperature = 1.0;
   int64_t chunk_positions = 256;  // LM-head chunk of the fused path
+  // Without gradients (the old and reference passes), completions longer than this go through the model
+  // this many positions at a time on a KV cache of the prompt and the positions before (0: one pass).
+  int64_t sequence_chunk = 0;
   bool packed = true;             // false: the padded [B, P + T] pass
   // Absolute positions (RoPE) as in a row left-padded to this width: prompt token j of a prompt of
   // length n at W - n + j, completion token t at W + t. TRL pads each rank's whole generation batch to
@@ -40,6 +43,11 @@ struct CompletionLogprobOptions {
 // detached entropies; positions outside the mask hold 0 in the packed path and unused values in the
 // padded one. With gradient checkpointing on in training the packed pass does not share prompts
 // (the checkpointed layers keep no cache): each row computes its real prompt tokens itself.
+// Without gradients and with completions longer than options.sequence_chunk, the pass goes along the
+// sequence in pieces (the distinct prompts once into a KV cache, repeated for their rows, then each
+// piece of the completions on that cache): it holds the cache and one piece's activations, not every
+// position's activations and attention masks as long as the sequence squared. The same log-probs to
+// float rounding (not with dynamic RoPE, which takes one pass).
 LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                          const CompletionLogprobOptions& options);
