@@ -25,8 +25,8 @@ namespace {
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"; }
 
 Json answer_object(WorkerProcess& process, const std::string& line, size_t request, const char* expected) {
-  const std::optional<nlohmann::json> parsed = parse_answer_line(line);
-  if (parsed && parsed->is_object()) return Json::parse(parsed->dump());  // ordered, as the worker wrote it
+  std::optional<Json> parsed = parse_answer_line(line);
+  if (parsed && parsed->is_object()) return std::move(*parsed);
   process.stop();
   throw InputError(str(process.who(), " answered request ", request + 1, " with \"", one_line_excerpt(line),
                        "\": expected ", expected));

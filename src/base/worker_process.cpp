@@ -64,9 +64,9 @@ std::string nan_tokens_to_null(const std::string& line) {
 
 }  // namespace
 
-std::optional<nlohmann::json> parse_answer_line(const std::string& line) {
+std::optional<nlohmann::ordered_json> parse_answer_line(const std::string& line) {
   try {
-    return nlohmann::json::parse(nan_tokens_to_null(line));
+    return nlohmann::ordered_json::parse(nan_tokens_to_null(line));
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }

@@ -11,7 +11,7 @@
 namespace rayless {
 namespace {
 
-double reward_value(const nlohmann::json& value, bool* ok) {
+double reward_value(const nlohmann::ordered_json& value, bool* ok) {
   *ok = true;
   if (value.is_null()) return std::numeric_limits<double>::quiet_NaN();
   if (value.is_number()) return value.get<double>();
@@ -23,9 +23,9 @@ double reward_value(const nlohmann::json& value, bool* ok) {
 }  // namespace
 
 std::optional<std::vector<double>> parse_worker_answer(const std::string& line, size_t count, bool batched) {
-  const std::optional<nlohmann::json> parsed = parse_answer_line(line);
+  const std::optional<nlohmann::ordered_json> parsed = parse_answer_line(line);
   if (!parsed) return std::nullopt;
-  const nlohmann::json& answer = *parsed;
+  const nlohmann::ordered_json& answer = *parsed;
   std::vector<double> values(count);
   bool ok = answer.is_object();
   if (ok && !batched) {

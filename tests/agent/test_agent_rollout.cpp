@@ -3,6 +3,7 @@
 // failing tools, async ordering and a multi-turn environment.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <map>
 
 #include "rayless/agent/agent_rollout.h"
@@ -96,6 +97,16 @@ std::vector<uint8_t> mask_of(size_t ones, size_t zeros, size_t ones_after) {
 }
 
 }  // namespace
+
+TEST_CASE("workers: the tools are described as transformers' get_json_schema describes them, in their order") {
+  Setup s;
+  std::ifstream in(std::string(RAYLESS_TEST_DATA) + "/agent/schemas.json");
+  const Json golden = Json::parse(in);
+  REQUIRE(s.workers->schemas().size() == 7);  // calculator's 3, then test_tools.py's 4 ([tools.NAME] in name order)
+  // key order too: the prompt shows them through the template's tojson
+  for (size_t i = 0; i < 3; ++i) CHECK(s.workers->schemas()[i].dump() == golden["calculator"][i].dump());
+  CHECK(s.workers->schemas()[3]["function"]["name"] == "echo");
+}
 
 TEST_CASE("loop: calls run in the worker, results enter as the template's tokens, masked; generation continues") {
   Setup s;

@@ -49,9 +49,9 @@ class WorkerProcess {
   std::string pending_;   // bytes read past the last complete line
 };
 
-// One answer line as JSON, with Python's bare NaN / Infinity / -Infinity read as null; none when the
+// One answer line as JSON (keys in the order written), with Python's bare NaN / Infinity / -Infinity read as null; none when the
 // line is not JSON.
-std::optional<nlohmann::json> parse_answer_line(const std::string& line);
+std::optional<nlohmann::ordered_json> parse_answer_line(const std::string& line);
 
 // At most `limit` characters of `text` on one line ("..." when cut): quotes a process's answer in errors.
 std::string one_line_excerpt(const std::string& text, size_t limit = 120);
