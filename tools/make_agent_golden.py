@@ -12,8 +12,8 @@ It writes:
                       tests/data/trl-steps/model with bos <|bos|>, pad <|pad|> and eos <|im_end|> (chat/) or
                       <|eos|> (chat-eos/: the tool-result tokens are then cut elsewhere)
   model/              the tiny Qwen2 model of tests/data/trl-steps/model with a tool-calling chat template
-                      (Qwen2.5's) and eos_token <|im_end|>, as a Qwen instruct model ships: the model of the
-                      agent tests and of the tool parity cases
+                      (Qwen2.5's), eos_token <|im_end|> as a Qwen instruct model ships, and max_position_embeddings
+                      4096 (room for prompts that list tools): the model of the agent tests and the tool parity cases
   schemas.json        transformers' get_json_schema of tests/data/agent/schema_functions.py and of the example
                       tools and environment in tools/agent_workers/
   golden.json         what TRL and transformers do with those templates: supports_tool_calling and
@@ -79,8 +79,13 @@ def main() -> None:
     # the agent tests' model
     model = OUT / "model"
     model.mkdir(exist_ok=True)
-    for f in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"):
+    for f in ("generation_config.json", "model.safetensors", "tokenizer.json"):
         shutil.copy(SOURCE_MODEL / f, model / f)
+    # room for a prompt that lists tools (~1500 byte tokens) and a few turns: TRL stops a rollout whose
+    # conversation reaches max_position_embeddings
+    config = json.loads((SOURCE_MODEL / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    write_json(model / "config.json", config)
     write_json(model / "tokenizer_config.json", {"eos_token": "<|im_end|>", "pad_token": "<|pad|>",
                                                   "tokenizer_class": "PreTrainedTokenizerFast"})
     (model / "chat_template.jinja").write_text(templates["qwen2_5"])
