@@ -20,11 +20,8 @@ common=(--set train.bf16=false --set train.gradient_checkpointing=false --set lo
         --set checkpoint.save_steps=0 --set distributed.threads_per_rank=1 --set data.max_prompt_length=4096)
 
 # ---- 1. a sampled model calls a tool --------------------------------------------------------------
-"$rayless" train --output "$work/calc" "${common[@]}" --set model.path=tests/data/agent/caller \
-  --set data.path=tests/data/agent/calc.jsonl --set "$calculator" \
-  --set 'reward.functions=["answer"]' --set reward.answer_mode=numeric \
-  --set generation.max_completion_length=256 --set generation.temperature=1.2 --set optim.learning_rate=1e-4 \
-  --set train.max_steps=2 --set grpo.num_generations=4 --set train.per_device_train_batch_size=4 \
+# (the worked example of docs/tools.md, as shipped)
+"$rayless" train --config configs/calculator-tools.toml --output "$work/calc" "${common[@]}" \
   > "$work/calc.log" 2>&1 || { cat "$work/calc.log"; fail "the calculator run"; }
 /usr/bin/python3 - "$work/calc" <<'PY' || fail "the calculator run's store or metrics"
 import json, sys
