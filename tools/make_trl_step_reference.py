@@ -421,7 +421,7 @@ def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = No
         out["tokenizer.chat_template"] = "auto"
         out["data.prompt_field"] = "text"
         out["data.messages_field"] = "prompt"
-        out["data.max_prompt_length"] = 4096
+        out["data.max_prompt_length"] = 2048  # prompts listing tools are ~1500 byte tokens; + the completion fits 4096
         if agent == "tools":
             out["tools.calculator.command"] = f"{AGENT_WORKERS} tools tools/agent_workers/calculator.py"
         else:

@@ -101,7 +101,7 @@ StepMetrics Trainer::evaluate() {
 
   if (!unique_prompts.empty()) {
     RolloutExtras extras{rewards_per_func, (rewards_per_func * weights.unsqueeze(0)).nansum(1), drawn.sampled.entropies,
-                         drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor()};
+                         drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor(), {}};
     for (const AgentRollout& r : drawn.rollouts)
       extras.conversations.push_back(r.record().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     RolloutAttrs attrs = store_attrs(G);

@@ -54,7 +54,7 @@ Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
 
   // the store: what this rank generated, for μ > 1 reuse, resume and inspection
   RolloutExtras extras{rewards_per_func, all.rewards.slice(0, first_row, first_row + rows.size()), entropies,
-                       drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor()};
+                       drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor(), {}};
   for (const AgentRollout& r : drawn.rollouts) extras.conversations.push_back(r.record().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   RolloutAttrs attrs = store_attrs(cfg_.grpo.num_generations);
   attrs.numbers["old_logps_are_sampling_logps"] = rows.old_logps.defined() ? 0.0 : 1.0;

@@ -17,11 +17,12 @@ cd "$src"
 fail() { echo "FAIL: $*"; exit 1; }
 calculator='tools.calculator.command="python3 tools/agent_workers/rayless_agent.py tools tools/agent_workers/calculator.py"'
 common=(--set train.bf16=false --set train.gradient_checkpointing=false --set log.logging_steps=1
-        --set checkpoint.save_steps=0 --set distributed.threads_per_rank=1 --set data.max_prompt_length=4096)
+        --set checkpoint.save_steps=0 --set distributed.threads_per_rank=1 --set data.max_prompt_length=2048)
 
 # ---- 1. a sampled model calls a tool --------------------------------------------------------------
-# (the worked example of docs/tools.md, as shipped)
-"$rayless" train --config configs/calculator-tools.toml --output "$work/calc" "${common[@]}" \
+# (the worked example of docs/tools.md, as shipped, started from another directory: its paths and its
+# worker command follow the config file)
+(cd "$work" && "$rayless" train --config "$src/configs/calculator-tools.toml" --output "$work/calc" "${common[@]}") \
   > "$work/calc.log" 2>&1 || { cat "$work/calc.log"; fail "the calculator run"; }
 /usr/bin/python3 - "$work/calc" <<'PY' || fail "the calculator run's store or metrics"
 import json, sys
@@ -117,8 +118,9 @@ one_line() {  # expected exit code, what the message must say, then the command
 base=("$rayless" train "${common[@]}" --set train.max_steps=1 --set grpo.num_generations=2
       --set train.per_device_train_batch_size=2 --set generation.max_completion_length=64 --set "$calculator")
 # a chat template that cannot show tool calls
+# (that model has 64 positions: the completion leaves room for a prompt, so the template is what is refused)
 one_line 2 "does not support tool calling" "${base[@]}" --output "$work/bad1" --set model.path=tests/data/trl-steps/model \
-  --set tokenizer.chat_template=chatml --set data.path=tests/data/agent/calc.jsonl
+  --set tokenizer.chat_template=chatml --set data.path=tests/data/agent/calc.jsonl --set generation.max_completion_length=16
 # plain-text prompts: TRL runs tools only for conversations
 printf '{"prompt": "What is 2 plus 3?", "answer": "5"}\n' > "$work/plain.jsonl"
 one_line 2 "plain.jsonl:1: tools and environments need conversational prompts" "${base[@]}" --output "$work/bad2" \

@@ -108,7 +108,7 @@ TEST_CASE("workers: the tools are described as transformers' get_json_schema des
   CHECK(s.workers->schemas()[3]["function"]["name"] == "echo");
 }
 
-TEST_CASE("loop: calls run in the worker, results enter as the template's tokens, masked; generation continues") {
+TEST_CASE("loop: calls run in the worker, results enter as the template's tokens, masked, generation continues") {
   Setup s;
   Script script{s, {}, {}, {}, {}};
   script.turns = {

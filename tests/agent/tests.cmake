@@ -12,7 +12,7 @@ if(TARGET rayless)
   # as without the interruption (the tool masks come back from the store); the turns of tools_calc replayed
   set(_agent_resume_sets
       --set model.path=tests/data/agent/model --set tokenizer.path= --set data.path=tests/data/trl-steps/tools_calc/prompts.jsonl
-      --set data.prompt_field=text --set data.messages_field=prompt --set data.max_prompt_length=4096
+      --set data.prompt_field=text --set data.messages_field=prompt --set data.max_prompt_length=2048
       --set generation.max_completion_length=220 --set train.replay_rollouts=tests/data/trl-steps/tools_calc/rollouts.jsonl
       "--set=tools.calculator.command=\"python3 tools/agent_workers/rayless_agent.py tools tools/agent_workers/calculator.py\""
       "--set=reward.functions=[\"answer\", \"length\"]" --set reward.answer_mode=numeric --set reward.length_target=60
