@@ -9,12 +9,12 @@
 
 #include "cli/options.h"
 #include "rayless/base/config.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/model/lora.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/sampler/sampler.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace rayless::cli {
 

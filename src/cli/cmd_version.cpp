@@ -8,11 +8,11 @@
 #include "cli/onednn_cache.h"
 #include "cli/options.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/avx2_linear.h"
-#include "rayless/model/decode_attention.h"
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
+#include "ops/cpu/x86/amx/linear_tiles.h"
+#include "ops/cpu/x86/avx2/linear_rows.h"
+#include "ops/cpu/x86/avx2/decode_attention.h"
+#include "ops/cpu/x86/avx2/decode_rms_norm.h"
+#include "ops/cpu/x86/avx2/decode_silu_times.h"
 
 namespace rayless::cli {
 

@@ -9,7 +9,7 @@
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/safetensors.h"
 
 namespace fs = std::filesystem;
 

@@ -8,21 +8,21 @@
 #include <ATen/ops/silu_backward.h>
 #include <set>
 
-#include "rayless/base/bfloat16_products.h"
+#include "rayless/ops/bfloat16_products.h"
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
-#include "rayless/model/attention_kernel.h"
-#include "rayless/model/autocast_linear.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/decode_attention.h"
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
-#include "rayless/model/decoding_rotary.h"
-#include "rayless/model/length_buckets.h"
+#include "rayless/ops/attention.h"
+#include "rayless/ops/autocast_linear.h"
+#include "rayless/ops/autocast_scope.h"
+#include "ops/cpu/x86/avx2/decode_attention.h"
+#include "ops/cpu/x86/avx2/decode_rms_norm.h"
+#include "ops/cpu/x86/avx2/decode_silu_times.h"
+#include "rayless/ops/decode_rotary.h"
+#include "rayless/ops/length_buckets.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/rms_norm.h"
-#include "rayless/model/rotary_embedding.h"
-#include "rayless/model/silu_times_backward.h"
+#include "rayless/ops/rms_norm.h"
+#include "rayless/ops/rotary.h"
+#include "rayless/ops/silu_times_backward.h"
 
 namespace rayless {
 

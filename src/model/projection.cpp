@@ -1,7 +1,7 @@
 #include "rayless/model/projection.h"
 
-#include "rayless/base/bfloat16_products.h"
-#include "rayless/model/autocast_linear.h"
+#include "rayless/ops/bfloat16_products.h"
+#include "rayless/ops/autocast_linear.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/types.h>

@@ -30,7 +30,7 @@
 #include "rayless/base/error.h"
 #include "rayless/grpo/advantages.h"
 #include "rayless/grpo/entropy_mask.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/logprobs.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/runtime/runtime.h"
 

@@ -11,7 +11,7 @@
 #include "rayless/base/config.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
-#include "rayless/trainer/adamw_update.h"
+#include "rayless/ops/adamw_update.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/lr_schedule.h"
 #include "rayless/trainer/torch_file.h"

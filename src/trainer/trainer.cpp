@@ -6,7 +6,7 @@
 #include <csignal>
 #include <optional>
 
-#include "rayless/base/bfloat16_products.h"
+#include "rayless/ops/bfloat16_products.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
@@ -14,9 +14,9 @@
 #include "rayless/grpo/entropy_mask.h"
 #include "rayless/grpo/entropy_threshold.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/rollout/replay.h"

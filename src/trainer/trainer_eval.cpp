@@ -6,7 +6,7 @@
 
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"

@@ -1,16 +1,16 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
-#include "rayless/base/bfloat16_products.h"
+#include "rayless/ops/bfloat16_products.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/autocast_linear.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/completion_logprobs.h"
-#include "rayless/model/hf_checkpoint.h"
-#include "rayless/model/safetensors.h"
-#include "rayless/model/transpose.h"
+#include "ops/cpu/x86/amx/linear_tiles.h"
+#include "rayless/ops/autocast_linear.h"
+#include "rayless/ops/autocast_scope.h"
+#include "rayless/grpo/completion_logprobs.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/safetensors.h"
+#include "rayless/ops/transpose.h"
 
 #include <optional>
 #include <utility>

@@ -6,7 +6,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/types.h>
 
-#include "rayless/trainer/adamw_update.h"
+#include "rayless/ops/adamw_update.h"
 #include "rayless/trainer/optimizer.h"
 
 using namespace rayless;

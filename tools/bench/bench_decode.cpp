@@ -20,11 +20,11 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/files.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/decode_attention.h"
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
+#include "ops/cpu/x86/amx/linear_tiles.h"
+#include "rayless/ops/autocast_scope.h"
+#include "ops/cpu/x86/avx2/decode_attention.h"
+#include "ops/cpu/x86/avx2/decode_rms_norm.h"
+#include "ops/cpu/x86/avx2/decode_silu_times.h"
 #include "rayless/model/model.h"
 
 namespace rayless::cli {

@@ -19,7 +19,7 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/error.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/logprobs.h"
 
 namespace rayless::cli {
 

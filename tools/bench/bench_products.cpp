@@ -14,8 +14,8 @@
 
 #include "bench/benches.h"
 #include "cli/options.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/decoding_linear.h"
+#include "ops/cpu/x86/amx/linear_tiles.h"
+#include "rayless/ops/generation_linear.h"
 #include "rayless/model/model.h"
 
 namespace rayless::cli {

@@ -5,8 +5,8 @@
 #include "rayless/model/projection.h"
 #include "rayless/base/choices.h"
 #include "rayless/model/attention_window.h"
-#include "rayless/model/decoding_linear.h"
-#include "rayless/model/rotary.h"
+#include "rayless/ops/generation_linear.h"
+#include "rayless/model/rope_tables.h"
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>

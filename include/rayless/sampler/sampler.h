@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "rayless/model/model.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace rayless {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "rayless/base/config.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/logprobs.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/model/lora.h"
 #include "rayless/model/model.h"

@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "rayless/model/decode_attention.h"
+#include "ops/cpu/x86/avx2/decode_attention.h"
 
 int main() {
   at::set_num_threads(1);

@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
-#include "rayless/model/rms_norm.h"
+#include "ops/cpu/x86/avx2/decode_rms_norm.h"
+#include "ops/cpu/x86/avx2/decode_silu_times.h"
+#include "rayless/ops/rms_norm.h"
 
 using namespace rayless;
 
