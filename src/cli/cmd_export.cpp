@@ -8,6 +8,7 @@
 #include "cli/options.h"
 #include "rayless/base/error.h"
 #include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
 #include "rayless/hf/tokenizer.h"
 

@@ -10,6 +10,7 @@
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"

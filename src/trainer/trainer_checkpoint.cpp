@@ -7,6 +7,7 @@
 #include "rayless/base/hash.h"
 #include "rayless/base/log.h"
 #include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
 #include "rayless/hf/tokenizer.h"
 #include "rayless/rollout/rollout_store.h"

@@ -9,6 +9,7 @@
 #include "model/helpers.h"
 #include "rayless/base/error.h"
 #include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
 #include "rayless/hf/safetensors.h"
 
