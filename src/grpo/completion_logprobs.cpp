@@ -1,5 +1,5 @@
 // Completion log-probs: the padded pass (TRL's layout) and the packed pass that shares each prompt's
-// keys/values among its generations and skips padding. See include/rayless/model/completion_logprobs.h.
+// keys/values among its generations and skips padding. See include/rayless/grpo/completion_logprobs.h.
 #include "rayless/grpo/completion_logprobs.h"
 
 #include <map>
@@ -22,7 +22,7 @@ torch::Tensor shifted_positions(int64_t rows, int64_t width, int64_t extra, cons
   return positions.unsqueeze(0).expand({rows, width + extra}).contiguous().to(device);
 }
 
-LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+ops::LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                      const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                      const CompletionLogprobOptions& options) {
   const auto device = model->device();
@@ -33,7 +33,7 @@ LogprobsAndEntropies padded_logprobs(CausalLM& model, const std::vector<std::vec
   const auto positions = shifted_positions(input_ids.size(0), prompt_ids.size(1), T, options, device);
   const auto hidden = model->forward_hidden(input_ids, attention_mask, positions);
   // position t predicts token t + 1: the completion tokens are predicted by positions P-1 .. L-2
-  return fused_logprobs(hidden.slice(1, L - T - 1, L - 1), model->lm_head_weight(), torch::Tensor(),
+  return ops::fused_logprobs(hidden.slice(1, L - T - 1, L - 1), model->lm_head_weight(), torch::Tensor(),
                         input_ids.slice(1, L - T, L), options.temperature, options.chunk_positions);
 }
 
@@ -50,7 +50,7 @@ std::vector<int64_t> last_scored_positions(const torch::Tensor& scored) {
 
 // The scored tokens' log-probs from packed hidden states: `source[i]` is the row of `hidden` whose
 // state scores the i-th scored token (row-major over [B, T]); results scattered back to [B, T].
-LogprobsAndEntropies score_packed(CausalLM& model, const torch::Tensor& hidden, const std::vector<int64_t>& source,
+ops::LogprobsAndEntropies score_packed(CausalLM& model, const torch::Tensor& hidden, const std::vector<int64_t>& source,
                                   const std::vector<int64_t>& scored_flat, const torch::Tensor& completion_ids,
                                   const CompletionLogprobOptions& options) {
   const auto device = model->device();
@@ -59,7 +59,7 @@ LogprobsAndEntropies score_packed(CausalLM& model, const torch::Tensor& hidden, 
   const auto scored_index = torch::tensor(scored_flat, long_cpu).to(device);
   const auto scoring = hidden.index_select(0, torch::tensor(source, long_cpu).to(device));
   const auto targets = completion_ids.reshape({-1}).to(device).index_select(0, scored_index);
-  const auto result = fused_logprobs(scoring.unsqueeze(0), model->lm_head_weight(), torch::Tensor(),
+  const auto result = ops::fused_logprobs(scoring.unsqueeze(0), model->lm_head_weight(), torch::Tensor(),
                                      targets.unsqueeze(0), options.temperature, options.chunk_positions);
   auto scatter = [&](const torch::Tensor& values) {
     return torch::zeros({B * T}, values.options()).index_copy(0, scored_index, values.squeeze(0)).view({B, T});
@@ -69,7 +69,7 @@ LogprobsAndEntropies score_packed(CausalLM& model, const torch::Tensor& hidden, 
 
 // Without a cache (gradient checkpointing keeps none): the padded [B, P + T] layout, but only real
 // prompt tokens and completion positions 0 .. last-1 are computed.
-LogprobsAndEntropies unpadded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+ops::LogprobsAndEntropies unpadded_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const torch::Tensor& completion_ids_in, const torch::Tensor& completion_mask_in,
                                        const CompletionLogprobOptions& options) {
   const auto device = model->device();
@@ -103,7 +103,7 @@ LogprobsAndEntropies unpadded_logprobs(CausalLM& model, const std::vector<std::v
   return score_packed(model, hidden, source, scored_flat, completion_ids, options);
 }
 
-LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+ops::LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                      const torch::Tensor& completion_ids_in, const torch::Tensor& completion_mask_in,
                                      const CompletionLogprobOptions& options) {
   const auto device = model->device();
@@ -173,7 +173,7 @@ LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vec
 
 }  // namespace
 
-LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+ops::LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                          const CompletionLogprobOptions& options) {
   runtimeCheck(completion_ids.dim() == 2 && completion_mask.sizes() == completion_ids.sizes() &&

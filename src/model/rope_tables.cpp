@@ -1,5 +1,5 @@
 // RoPE scaling types, computed as transformers 5.24 does (modeling_rope_utils.py): frequencies in
-// float32 with the same operation order, so logits agree to rounding. See include/rayless/model/rotary.h.
+// float32 with the same operation order, so logits agree to rounding. See include/rayless/model/rope_tables.h.
 #include "rayless/model/rope_tables.h"
 
 #include <cmath>

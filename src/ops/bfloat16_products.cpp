@@ -1,36 +1,17 @@
-#include "rayless/ops/bfloat16_products.h"
+// bfloat16 products as train.bf16_products says: LibTorch's own, or widened to float32 on the backends
+// that widen them (the CPU); see ops.h.
+#include "backend.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
-#include <atomic>
-
-#include "rayless/base/cpu_features.h"
-#include "rayless/base/error.h"
-
-namespace rayless {
-
-namespace {
-std::atomic<BFloat16Products> setting{BFloat16Products::bfloat16};
-}  // namespace
-
-BFloat16Products bfloat16_products() { return setting.load(std::memory_order_relaxed); }
-
-void set_bfloat16_products(BFloat16Products how) { setting.store(how, std::memory_order_relaxed); }
-
-BFloat16Products bfloat16_products_for(const std::string& value) {
-  if (value == "bfloat16") return BFloat16Products::bfloat16;
-  if (value == "float32") return BFloat16Products::float32;
-  runtimeCheck(value == "auto", "train.bf16_products = \"", value, "\": expected auto, bfloat16 or float32");
-  return cpu_has_bfloat16_units() ? BFloat16Products::bfloat16 : BFloat16Products::float32;
-}
-
-const char* to_string(BFloat16Products how) { return how == BFloat16Products::float32 ? "float32" : "bfloat16"; }
+namespace rayless::ops {
 
 bool widens_bfloat16_product(const torch::Tensor& a, const torch::Tensor& b) {
   return bfloat16_products() == BFloat16Products::float32 && a.scalar_type() == at::kBFloat16 &&
-         b.scalar_type() == at::kBFloat16 && a.device().is_cpu() && b.device().is_cpu();
+         b.scalar_type() == at::kBFloat16 && backend_for(a.device()).widens_bfloat16_products &&
+         backend_for(b.device()).widens_bfloat16_products;
 }
 
 namespace {
@@ -92,4 +73,4 @@ torch::Tensor linear_as_autocast(const torch::Tensor& x, const torch::Tensor& we
   return rounded_float32_linear(x.to(low).to(at::kFloat), widened_weight(weight), wide_bias);
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops

@@ -1,16 +1,19 @@
-// Packed attention in length buckets; see include/rayless/model/length_buckets.h.
-#include "rayless/ops/length_buckets.h"
+// Packed attention in length buckets (length_buckets): whether a pass attends in buckets (the one
+// dispatch point), the buckets' plan, and the attention over them; see ops.h.
+#include "backend.h"
 
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
-#include <torch/types.h>
-
 #include "rayless/base/error.h"
-#include "rayless/ops/attention.h"
 
-namespace rayless {
+namespace rayless::ops {
+
+bool attends_in_buckets(const torch::Device& device, int64_t positions_per_row) {
+  const BackendTable& backend = backend_for(device);
+  return backend.attends_in_buckets && backend.attends_in_buckets(positions_per_row);
+}
 
 std::vector<LengthBucket> plan_length_buckets(const std::vector<int64_t>& sorted_lengths, int64_t past,
                                               int64_t heads, double call_cost) {
@@ -112,4 +115,4 @@ torch::Tensor bucketed_attention(const torch::Tensor& q, const torch::Tensor& k,
   return scaled_attention_buckets(scattered, k, v, plan, scale, enable_gqa).index_select(0, place_index);
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops

@@ -1,12 +1,12 @@
-#include "rayless/ops/logprobs.h"
+// Log-probs of chosen tokens, from logits and fused with the LM head: the fused pass's one dispatch
+// point, and the references (LibTorch's operators, chunk by chunk); see ops.h.
+#include "backend.h"
 
-#include <torch/types.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "rayless/ops/bfloat16_products.h"
 #include "rayless/base/error.h"
 
-namespace rayless {
+namespace rayless::ops {
 
 namespace {
 
@@ -187,6 +187,11 @@ LogprobsAndEntropies fused_logprobs(const torch::Tensor& hidden, const torch::Te
   inputCheck(chunk_positions >= 1, "fused log-probs: chunk size must be >= 1, got ", chunk_positions);
   const int64_t batch = hidden.size(0), positions = hidden.size(1);
   check_ids(token_ids, batch, positions, lm_head_weight.size(0), "fused log-probs");
+  const BackendTable& backend = backend_for(hidden.device());
+  if (backend.fused_logprobs)
+    if (auto out = backend.fused_logprobs(hidden, lm_head_weight, lm_head_bias, token_ids, temperature, chunk_positions);
+        out.logps.defined())
+      return out;
   auto flat_hidden = hidden.reshape({batch * positions, hidden.size(2)});
   auto ids = token_ids.reshape({batch * positions}).to(torch::kLong);
   auto bias = lm_head_bias.defined() ? lm_head_bias : torch::empty({0}, lm_head_weight.options());
@@ -206,4 +211,4 @@ LogprobsAndEntropies naive_logprobs(const torch::Tensor& logits, const torch::Te
   return {chosen, entropies};
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops

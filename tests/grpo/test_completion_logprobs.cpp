@@ -6,9 +6,10 @@
 #include "model/helpers.h"
 #include "rayless/grpo/completion_logprobs.h"
 #include "rayless/hf/model_directory.h"
-#include "rayless/ops/length_buckets.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 

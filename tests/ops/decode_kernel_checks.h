@@ -1,6 +1,6 @@
-// What the tests of the decode step's one-pass kernels (decode_attention, decode_rms_norm,
-// decode_silu_times) share: a switch restored when a section ends, the skip where the CPU lacks AVX2
-// with FMA, and the tiny model's cached decode with the kernel and without it, against its full forward.
+// What the tests of the decode step's one-pass kernels (avx2_decode_attention, avx2_decode_rms_norm,
+// avx2_decode_silu_times) share: the skip where the CPU lacks AVX2 with FMA, and the tiny model's cached
+// decode with the kernel and without it, against its full forward.
 #pragma once
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
@@ -10,18 +10,9 @@
 #include <vector>
 
 #include "rayless/model/model.h"
+#include "rayless/ops/kernel_plan.h"
 
 namespace rayless::testing {
-
-// sets a kernel's switch (set_decode_*_enabled) and turns it back on however the section ends
-class KernelSwitch {
- public:
-  KernelSwitch(std::function<void(bool)> set, bool on) : set_(std::move(set)) { set_(on); }
-  ~KernelSwitch() { set_(true); }
-
- private:
-  std::function<void(bool)> set_;
-};
 
 // the largest error of out against the float64 exact result, relative to the exact value at that element
 // plus `floor` (which keeps outputs near 0 from dominating)
@@ -45,7 +36,7 @@ struct CachedDecodes {
   torch::Tensor with_kernel, without;
   int64_t prefill = 0;
 };
-inline CachedDecodes check_cached_decode(const std::function<void(bool)>& set_kernel, uint64_t seed) {
+inline CachedDecodes check_cached_decode(ops::Kernel kernel, uint64_t seed) {
   CausalLM model(load_model_config(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny"));
   model->init_weights(seed);
   model->eval();
@@ -55,9 +46,9 @@ inline CachedDecodes check_cached_decode(const std::function<void(bool)>& set_ke
   const auto ids = torch::randint(0, 256, {rows, length}, torch::kLong);
   auto mask = torch::ones({rows, length}, torch::kLong);
   for (int64_t b = 0; b < rows; ++b) mask[b].narrow(0, 0, b % 4).fill_(0);  // left padding
-  const auto decode = [&](bool kernel) {
-    const KernelSwitch on(set_kernel, kernel);
-    FusedDecodingWeights fused(model);
+  const auto decode = [&](bool with_kernel) {
+    const ops::KernelOverride on(kernel, with_kernel);
+    FusedGenerationWeights fused(model);
     KVCache cache;
     std::vector<torch::Tensor> steps{
         model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};

@@ -1,24 +1,21 @@
-// The AMX tile kernel of the decode step's bfloat16 products (model/amx_linear.h) against a float64
-// sum of the same bfloat16 operands and against oneDNN's packed kernel, which it replaces.
+// The AMX tile kernel of the decode step's bfloat16 products (amx_linear, ops/cpu/x86/amx) against a
+// float64 sum of the same bfloat16 operands and against oneDNN's packed kernel, which it replaces.
 #include <catch2/catch.hpp>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
-#include "ops/cpu/x86/amx/linear_tiles.h"
-#include "rayless/ops/generation_linear.h"
+#include <string>
+
+#include "ops/cpu/x86/amx/amx_kernels.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
-// Restores the kernel switch when a test section ends, however it ends.
-struct AmxSwitch {
-  explicit AmxSwitch(bool on) { amx::set_enabled(on); }
-  ~AmxSwitch() { amx::set_enabled(true); }
-};
-
 // Where the tile kernel cannot run (no AMX, or a kernel that does not grant it), says so.
 bool no_tiles_here() {
-  if (amx::available()) return false;
+  if (kernel_plan().on(Kernel::amx_linear)) return false;
   WARN("this CPU (or kernel) has no AMX tiles: the tile kernel is not exercised here");
   return true;
 }
@@ -57,12 +54,12 @@ TEST_CASE("amx: tile products equal a float64 sum to bfloat16 rounding and oneDN
         const auto bound = exact.abs() * std::ldexp(1.0, -8) + sum_error;
         const auto excess = ((y.to(torch::kFloat64) - exact).abs() - bound).max().item<double>();
         CHECK(excess <= 0);
-        // oneDNN's packed kernel (what DecodingLinear runs without the tiles) sums the same products in
+        // oneDNN's packed kernel (what GenerationLinear runs without the tiles) sums the same products in
         // float32 in its own order: the two differ by at most one bfloat16 step of the result beyond
         // both sums' float32 error
-        AmxSwitch off(false);
-        const DecodingLinear onednn({weight}, {with_bias ? bias : torch::Tensor()}, torch::kBFloat16);
-        REQUIRE_FALSE(onednn.on_amx_tiles());
+        KernelOverride off(Kernel::amx_linear, false);
+        const GenerationLinear onednn({weight}, {with_bias ? bias : torch::Tensor()}, torch::kBFloat16);
+        REQUIRE(std::string(onednn.kernel()) == "onednn_linear");
         const auto reference = onednn(x).to(torch::kFloat64);
         const auto step = torch::max(reference.abs(), y.to(torch::kFloat64).abs()) * std::ldexp(1.0, -7);
         const double identical = (y.to(torch::kFloat64) == reference).to(torch::kFloat64).mean().item<double>();
@@ -92,7 +89,7 @@ TEST_CASE("amx: two threads split the output blocks and give one thread's bits")
   CHECK(torch::equal(one, two));
 }
 
-TEST_CASE("amx: DecodingLinear runs fused bfloat16 weights on the tiles where they fit, oneDNN elsewhere") {
+TEST_CASE("amx: GenerationLinear runs fused bfloat16 weights on the tiles where they fit, oneDNN elsewhere") {
   if (no_tiles_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
@@ -101,8 +98,8 @@ TEST_CASE("amx: DecodingLinear runs fused bfloat16 weights on the tiles where th
   const std::vector<torch::Tensor> biases{torch::randn({128}), torch::randn({32}), torch::randn({32})};
   // the parts cast and laid out in one pass: the same bits as casting their concatenation first
   CHECK(torch::equal(amx::pack(weights), amx::pack({torch::cat(weights).to(torch::kBFloat16)})));
-  const DecodingLinear tiles(weights, biases, torch::kBFloat16);
-  CHECK(tiles.on_amx_tiles());
+  const GenerationLinear tiles(weights, biases, torch::kBFloat16);
+  CHECK(std::string(tiles.kernel()) == "amx_linear");
   const auto x = torch::randn({2, 5, 64});  // float32 input, cast as autocast would
   const auto y = tiles(x);
   CHECK(y.sizes() == torch::IntArrayRef({2, 5, 192}));
@@ -114,14 +111,13 @@ TEST_CASE("amx: DecodingLinear runs fused bfloat16 weights on the tiles where th
   const auto exact = torch::cat(parts, -1);
   CHECK(((y.to(torch::kFloat64) - exact).abs() - exact.abs() * std::ldexp(1.0, -8) - 1e-4).max().item<double>() <= 0);
   // 100 outputs do not fill 64-output blocks: oneDNN's packed weight, same results within rounding
-  const DecodingLinear odd({torch::randn({100, 64})}, {torch::Tensor()}, torch::kBFloat16);
-  CHECK_FALSE(odd.on_amx_tiles());
-  CHECK(odd.packed());
+  const GenerationLinear odd({torch::randn({100, 64})}, {torch::Tensor()}, torch::kBFloat16);
+  CHECK(std::string(odd.kernel()) == "onednn_linear");
   // float32 generation never takes the bfloat16 tiles
-  const DecodingLinear float32(weights, biases, torch::kFloat32);
-  CHECK_FALSE(float32.on_amx_tiles());
+  const GenerationLinear float32(weights, biases, torch::kFloat32);
+  CHECK(std::string(float32.kernel()) != "amx_linear");
   {
-    AmxSwitch off(false);
-    CHECK_FALSE(DecodingLinear(weights, biases, torch::kBFloat16).on_amx_tiles());
+    KernelOverride off(Kernel::amx_linear, false);
+    CHECK(std::string(GenerationLinear(weights, biases, torch::kBFloat16).kernel()) == "onednn_linear");
   }
 }

@@ -1,4 +1,4 @@
-// scaled_attention (attention_kernel.h): LibTorch's scaled_dot_product_attention forward bit for bit,
+// scaled_attention (ops.h): LibTorch's scaled_dot_product_attention forward bit for bit,
 // and in a bfloat16 pass with gradients a backward in float32, checked against float64 attention and
 // against autograd's own (reduced-precision) backward.
 #include <catch2/catch.hpp>
@@ -7,10 +7,11 @@
 
 #include <ATen/ops/scaled_dot_product_attention.h>
 
-#include "rayless/ops/attention.h"
+#include "rayless/ops/ops.h"
 #include "rayless/ops/autocast_scope.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 
@@ -139,7 +140,7 @@ TEST_CASE("scaled_attention: float32, or without gradients, is LibTorch's call u
                      at::scaled_dot_product_attention(low.q, low.k, low.v, low.allowed, 0.0, false, 0.125, true)));
 }
 
-// The packed pass's buckets (length_buckets.h) as one node, against scaled_attention called bucket by
+// The packed pass's buckets (ops.h, bucketed_attention) as one node, against scaled_attention called bucket by
 // bucket (what bucketed_attention did before) and against the same buckets in float64.
 TEST_CASE("scaled_attention_buckets: scaled_attention bucket by bucket, bit for bit, values and gradients") {
   const int64_t B = 5, H = 4, KV = 2, D = 64, past = 6, T = 12;

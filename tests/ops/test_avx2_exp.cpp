@@ -1,4 +1,4 @@
-// e^x for 8 floats (src/model/avx2_exp.h), which the decode step's softmax and silu use, against float64's
+// e^x for 8 floats (src/ops/cpu/x86/avx2/exp8.h), which the decode step's softmax and silu use, against float64's
 // exp: within 2 ulp over float's whole normal range, and its edges as the header says.
 #include <catch2/catch.hpp>
 
@@ -13,7 +13,7 @@
 #ifdef RAYLESS_X86_KERNELS
 namespace {
 __attribute__((target("avx2,fma"))) void exp_of(const float* x, float* out) {
-  _mm256_storeu_ps(out, rayless::avx2::exp8(_mm256_loadu_ps(x)));
+  _mm256_storeu_ps(out, rayless::ops::avx2::exp8(_mm256_loadu_ps(x)));
 }
 
 // |a - b| in units of float's spacing at b (a normal float)

@@ -1,28 +1,30 @@
-// The AVX2 rows kernel of the decode step's float32 products (model/avx2_linear.h) against a scalar
-// loop with the same fused multiply-adds in the same order (bit for bit), a float64 sum, and oneDNN's
-// packed kernel and MKL's product, which it replaces.
+// The AVX2 rows kernel of the decode step's float32 products (avx2_linear, ops/cpu/x86/avx2) against a
+// scalar loop with the same fused multiply-adds in the same order (bit for bit), a float64 sum, and
+// oneDNN's packed kernel and MKL's product, which it replaces. The plan prefers oneDNN's kernel on CPUs
+// with AVX-512; these tests turn the rows kernel on wherever the CPU can run it.
 #include <catch2/catch.hpp>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
-#include "rayless/ops/bfloat16_products.h"
-#include "ops/cpu/x86/avx2/linear_rows.h"
-#include "rayless/ops/generation_linear.h"
+#include <string>
+
+#include "ops/cpu/x86/avx2/avx2_kernels.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
-// Restores the kernel switch when a test section ends, however it ends.
-struct Avx2Switch {
-  explicit Avx2Switch(bool on) { avx2::set_enabled(on); }
-  ~Avx2Switch() { avx2::set_enabled(true); }
+// The rows kernel on while alive, wherever this CPU can run it.
+struct RowsKernel {
+  KernelOverride on{Kernel::avx2_linear, true};
 };
 
 bool no_kernel_here() {
-  if (avx2::available()) return false;
-  WARN("this CPU has AVX-512 or lacks AVX2 with FMA: the AVX2 rows kernel is not exercised here");
+  if (kernel_plan().on(Kernel::avx2_linear)) return false;
+  WARN("this CPU lacks AVX2 with FMA: the AVX2 rows kernel is not exercised here");
   return true;
 }
 
@@ -44,6 +46,7 @@ torch::Tensor fma_chain(const torch::Tensor& x, const torch::Tensor& w, const to
 }  // namespace
 
 TEST_CASE("avx2: rows kernel gives a scalar FMA chain's bits, within float32 sum error of float64") {
+  const RowsKernel rows_kernel_on;
   if (no_kernel_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
@@ -76,6 +79,7 @@ TEST_CASE("avx2: rows kernel gives a scalar FMA chain's bits, within float32 sum
 }
 
 TEST_CASE("avx2: two threads split the output blocks and give one thread's bits") {
+  const RowsKernel rows_kernel_on;
   if (no_kernel_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
@@ -96,15 +100,15 @@ TEST_CASE("avx2: two threads split the output blocks and give one thread's bits"
   CHECK(torch::equal(packed, avx2::pack({torch::cat(parts)})));
 }
 
-TEST_CASE("avx2: DecodingLinear runs fused float32 weights on the rows kernel at every row count") {
+TEST_CASE("avx2: GenerationLinear runs fused float32 weights on the rows kernel at every row count") {
+  const RowsKernel rows_kernel_on;
   if (no_kernel_here()) return;
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
   const std::vector<torch::Tensor> weights{torch::randn({128, 64}), torch::randn({32, 64}), torch::randn({32, 64})};
   const std::vector<torch::Tensor> biases{torch::randn({128}), torch::randn({32}), torch::randn({32})};
-  const DecodingLinear rows_kernel(weights, biases, torch::kFloat32);
-  CHECK(rows_kernel.on_avx2_rows());
-  CHECK(rows_kernel.packed());
+  const GenerationLinear rows_kernel(weights, biases, torch::kFloat32);
+  CHECK(std::string(rows_kernel.kernel()) == "avx2_linear");
   for (const int64_t rows : {1, 3, 16}) {
     const auto x = torch::randn({rows, 5, 64});
     const auto y = rows_kernel(x);
@@ -116,15 +120,15 @@ TEST_CASE("avx2: DecodingLinear runs fused float32 weights on the rows kernel at
   // bfloat16 products widened to float32 take it too; bfloat16 products and the switch do not
   {
     const BFloat16ProductsScope widened(BFloat16Products::float32);
-    CHECK(DecodingLinear(weights, biases, torch::kBFloat16).on_avx2_rows());
+    CHECK(std::string(GenerationLinear(weights, biases, torch::kBFloat16).kernel()) == "avx2_linear");
   }
   {
     const BFloat16ProductsScope emulated(BFloat16Products::bfloat16);
-    CHECK_FALSE(DecodingLinear(weights, biases, torch::kBFloat16).on_avx2_rows());
+    CHECK(std::string(GenerationLinear(weights, biases, torch::kBFloat16).kernel()) != "avx2_linear");
   }
-  Avx2Switch off(false);
-  const DecodingLinear onednn(weights, biases, torch::kFloat32);
-  CHECK_FALSE(onednn.on_avx2_rows());
+  const KernelOverride off(Kernel::avx2_linear, false);
+  const GenerationLinear onednn(weights, biases, torch::kFloat32);
+  CHECK(std::string(onednn.kernel()) == "onednn_linear");
   const auto x = torch::randn({16, 64});
   CHECK(torch::allclose(rows_kernel(x), onednn(x), 1e-5, 1e-4));
 }

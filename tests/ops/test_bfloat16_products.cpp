@@ -1,4 +1,4 @@
-// bfloat16_products.h: widened products against the float32 formula they stand for (bit for bit),
+// The bfloat16 products of train.bf16_products (ops.h): widened products against the float32 formula they stand for (bit for bit),
 // against LibTorch's own bfloat16 kernels (within the float32 sums' rounding) and against the exact
 // product (float64); the setting's parsing and its effect under autocast.
 #include <catch2/catch.hpp>
@@ -9,11 +9,11 @@
 
 #include <cmath>
 
-#include "rayless/ops/bfloat16_products.h"
+#include "rayless/ops/ops.h"
 #include "rayless/base/cpu_features.h"
 
-using rayless::BFloat16Products;
-using rayless::BFloat16ProductsScope;
+using rayless::ops::BFloat16Products;
+using rayless::ops::BFloat16ProductsScope;
 
 namespace {
 
@@ -50,11 +50,11 @@ TEST_CASE("bfloat16_products: float32 products are the widened operands' float32
   torch::Tensor widened, native;
   {
     BFloat16ProductsScope float32(BFloat16Products::float32);
-    widened = rayless::bfloat16_aware_mm(a, b);
+    widened = rayless::ops::bfloat16_aware_mm(a, b);
   }
   {
     BFloat16ProductsScope bfloat16(BFloat16Products::bfloat16);
-    native = rayless::bfloat16_aware_mm(a, b);
+    native = rayless::ops::bfloat16_aware_mm(a, b);
   }
   REQUIRE(widened.scalar_type() == torch::kBFloat16);
   CHECK(torch::equal(native, a.mm(b)));  // the bfloat16 setting is LibTorch's kernel itself
@@ -79,14 +79,14 @@ TEST_CASE("bfloat16_products: float32 products are the widened operands' float32
 TEST_CASE("bfloat16_products: linear with a bias adds it before the one rounding; float32 operands are untouched") {
   const auto x = random_bfloat16({3, 5, 64}, 3), weight = random_bfloat16({40, 64}, 4), bias = random_bfloat16({40}, 5);
   BFloat16ProductsScope float32(BFloat16Products::float32);
-  const auto y = rayless::bfloat16_aware_linear(x, weight, bias);
+  const auto y = rayless::ops::bfloat16_aware_linear(x, weight, bias);
   CHECK(torch::equal(y, torch::linear(x.to(torch::kFloat32), weight.to(torch::kFloat32), bias.to(torch::kFloat32))
                             .to(torch::kBFloat16)));
   CHECK(y.sizes() == torch::IntArrayRef({3, 5, 40}));
   // float32 operands are not bfloat16 products: torch::linear itself
   const auto xf = x.to(torch::kFloat32), wf = weight.to(torch::kFloat32);
-  CHECK_FALSE(rayless::widens_bfloat16_product(xf, wf));
-  CHECK(torch::equal(rayless::bfloat16_aware_linear(xf, wf, torch::Tensor()), torch::linear(xf, wf)));
+  CHECK_FALSE(rayless::ops::widens_bfloat16_product(xf, wf));
+  CHECK(torch::equal(rayless::ops::bfloat16_aware_linear(xf, wf, torch::Tensor()), torch::linear(xf, wf)));
 }
 
 TEST_CASE("bfloat16_products: under autocast, linear_as_autocast widens a float32 weight's product and autocast does not lower it again") {
@@ -102,25 +102,25 @@ TEST_CASE("bfloat16_products: under autocast, linear_as_autocast widens a float3
     CpuAutocast autocast;
     {
       BFloat16ProductsScope float32(BFloat16Products::float32);
-      widened = rayless::linear_as_autocast(x, weight, torch::Tensor());
+      widened = rayless::ops::linear_as_autocast(x, weight, torch::Tensor());
     }
     BFloat16ProductsScope bfloat16(BFloat16Products::bfloat16);
-    native = rayless::linear_as_autocast(x, weight, torch::Tensor());
+    native = rayless::ops::linear_as_autocast(x, weight, torch::Tensor());
     autocast_itself = torch::linear(x, weight);
   }
   CHECK(torch::equal(widened, widened_by_hand));
   CHECK(torch::equal(native, autocast_itself));
   // without autocast it is torch::linear in float32, whatever the setting
   BFloat16ProductsScope float32(BFloat16Products::float32);
-  CHECK(torch::equal(rayless::linear_as_autocast(x, weight, torch::Tensor()), torch::linear(x, weight)));
+  CHECK(torch::equal(rayless::ops::linear_as_autocast(x, weight, torch::Tensor()), torch::linear(x, weight)));
 }
 
 TEST_CASE("bfloat16_products: train.bf16_products names the setting; auto follows the CPU's bfloat16 units") {
-  CHECK(rayless::bfloat16_products_for("bfloat16") == BFloat16Products::bfloat16);
-  CHECK(rayless::bfloat16_products_for("float32") == BFloat16Products::float32);
-  CHECK(rayless::bfloat16_products_for("auto") ==
+  CHECK(rayless::ops::bfloat16_products_for("bfloat16") == BFloat16Products::bfloat16);
+  CHECK(rayless::ops::bfloat16_products_for("float32") == BFloat16Products::float32);
+  CHECK(rayless::ops::bfloat16_products_for("auto") ==
         (rayless::cpu_has_bfloat16_units() ? BFloat16Products::bfloat16 : BFloat16Products::float32));
-  CHECK_THROWS_WITH(rayless::bfloat16_products_for("fast"), Catch::Contains("train.bf16_products = \"fast\""));
-  CHECK(std::string(rayless::to_string(BFloat16Products::float32)) == "float32");
-  CHECK(rayless::bfloat16_products() == BFloat16Products::bfloat16);  // the default, until the trainer sets it
+  CHECK_THROWS_WITH(rayless::ops::bfloat16_products_for("fast"), Catch::Contains("train.bf16_products = \"fast\""));
+  CHECK(std::string(rayless::ops::to_string(BFloat16Products::float32)) == "float32");
+  CHECK(rayless::ops::bfloat16_products() == BFloat16Products::bfloat16);  // the default, until the trainer sets it
 }

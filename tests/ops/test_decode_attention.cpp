@@ -1,6 +1,6 @@
-// The decode step's one-pass float32 attention (model/decode_attention.h) against the same attention
-// in float64 and LibTorch's scaled_dot_product_attention, which it replaces; where it declines to run;
-// and a model's cached decode with it against the model without it.
+// The decode step's one-pass float32 attention (avx2_decode_attention, ops/cpu/x86/avx2) against the
+// same attention in float64 and LibTorch's scaled_dot_product_attention, which it replaces; where it
+// declines to run; and a model's cached decode with it against the model without it.
 #include <catch2/catch.hpp>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -9,18 +9,15 @@
 #include <vector>
 
 #include "rayless/ops/autocast_scope.h"
-#include "ops/cpu/x86/avx2/decode_attention.h"
+#include "ops/cpu/cpu_backend.h"
 #include "decode_kernel_checks.h"
 #include "rayless/model/model.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
-struct KernelSwitch : testing::KernelSwitch {
-  explicit KernelSwitch(bool on) : testing::KernelSwitch(set_decode_attention_enabled, on) {}
-};
-
-bool no_kernel_here() { return testing::kernel_missing(decode_attention_available(), "decode attention"); }
+bool no_kernel_here() { return testing::kernel_missing(kernel_plan().on(Kernel::avx2_decode_attention), "decode attention"); }
 
 // softmax over the allowed keys of q . k * scale, times v, in float64: [B, 1, H * D]
 torch::Tensor exact_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -65,7 +62,7 @@ TEST_CASE("decode attention: float64's softmax(q k^T) v to float32 rounding, as 
     INFO("rows " << s.rows << ", heads " << s.heads << "/" << s.kv_heads << ", dim " << s.dim << ", keys " << s.keys);
     const auto o = decode_operands(s.rows, s.heads, s.kv_heads, s.dim, s.keys, s.keys + 11);
     const double scale = 1.0 / std::sqrt(double(s.dim));
-    const auto out = decode_attention(o.q, o.k, o.v, o.allowed, scale);
+    const auto out = cpu::decode_attention(o.q, o.k, o.v, o.allowed, scale);
     REQUIRE(out.defined());
     REQUIRE(out.sizes() == torch::IntArrayRef{s.rows, 1, s.heads * s.dim});
     REQUIRE(out.scalar_type() == torch::kFloat32);
@@ -93,7 +90,7 @@ TEST_CASE("decode attention: a mask shared by all rows, and one thread or two gi
   // a [1, 1, 1, S] mask broadcast over the rows, as a sliding window's or an unpadded batch's may be
   auto shared = torch::ones({1, 1, 1, 70}, torch::kBool);
   shared.narrow(-1, 0, 9).fill_(false);
-  const auto broadcast = decode_attention(o.q, o.k, o.v, shared, scale);
+  const auto broadcast = cpu::decode_attention(o.q, o.k, o.v, shared, scale);
   REQUIRE(broadcast.defined());
   CHECK((broadcast.to(torch::kFloat64) - exact_attention(o.q, o.k, o.v, shared.expand({16, 1, 1, 70}), scale))
             .abs()
@@ -101,9 +98,9 @@ TEST_CASE("decode attention: a mask shared by all rows, and one thread or two gi
             .item<double>() < 2e-6);
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
-  const auto one = decode_attention(o.q, o.k, o.v, o.allowed, scale);
+  const auto one = cpu::decode_attention(o.q, o.k, o.v, o.allowed, scale);
   at::set_num_threads(2);
-  const auto two = decode_attention(o.q, o.k, o.v, o.allowed, scale);
+  const auto two = cpu::decode_attention(o.q, o.k, o.v, o.allowed, scale);
   at::set_num_threads(threads);
   CHECK(torch::equal(one, two));
 }
@@ -115,44 +112,44 @@ TEST_CASE("decode attention declines what it does not compute, and the caller's 
   const double scale = 0.25;
   {
     torch::NoGradGuard no_grad;
-    CHECK(decode_attention(o.q, o.k, o.v, o.allowed, scale).defined());
+    CHECK(cpu::decode_attention(o.q, o.k, o.v, o.allowed, scale).defined());
     // bfloat16 or float64 operands
-    CHECK_FALSE(decode_attention(o.q.to(torch::kBFloat16), o.k.to(torch::kBFloat16), o.v.to(torch::kBFloat16),
+    CHECK_FALSE(cpu::decode_attention(o.q.to(torch::kBFloat16), o.k.to(torch::kBFloat16), o.v.to(torch::kBFloat16),
                                  o.allowed, scale)
                     .defined());
-    CHECK_FALSE(decode_attention(o.q.to(torch::kFloat64), o.k.to(torch::kFloat64), o.v.to(torch::kFloat64),
+    CHECK_FALSE(cpu::decode_attention(o.q.to(torch::kFloat64), o.k.to(torch::kFloat64), o.v.to(torch::kFloat64),
                                  o.allowed, scale)
                     .defined());
     // two queries per row
-    CHECK_FALSE(decode_attention(torch::cat({o.q, o.q}, 2), o.k, o.v, o.allowed.expand({3, 1, 2, 9}), scale).defined());
+    CHECK_FALSE(cpu::decode_attention(torch::cat({o.q, o.q}, 2), o.k, o.v, o.allowed.expand({3, 1, 2, 9}), scale).defined());
     // heads not a multiple of the kv heads
-    CHECK_FALSE(decode_attention(torch::randn({3, 3, 1, 16}), o.k, o.v, o.allowed, scale).defined());
+    CHECK_FALSE(cpu::decode_attention(torch::randn({3, 3, 1, 16}), o.k, o.v, o.allowed, scale).defined());
     // a float mask, or keys strided along D
-    CHECK_FALSE(decode_attention(o.q, o.k, o.v, o.allowed.to(torch::kFloat32), scale).defined());
-    CHECK_FALSE(decode_attention(o.q, o.k.transpose(2, 3).contiguous().transpose(2, 3), o.v, o.allowed, scale).defined());
+    CHECK_FALSE(cpu::decode_attention(o.q, o.k, o.v, o.allowed.to(torch::kFloat32), scale).defined());
+    CHECK_FALSE(cpu::decode_attention(o.q, o.k.transpose(2, 3).contiguous().transpose(2, 3), o.v, o.allowed, scale).defined());
     // a row with no key it may attend to
     auto none = o.allowed.clone();
     none[1].fill_(false);
-    CHECK_FALSE(decode_attention(o.q, o.k, o.v, none, scale).defined());
+    CHECK_FALSE(cpu::decode_attention(o.q, o.k, o.v, none, scale).defined());
     // autocast lowering float32: the attention computes in bfloat16 there
     {
       const AutocastScope autocast(true, torch::kCPU);
-      CHECK_FALSE(decode_attention(o.q, o.k, o.v, o.allowed, scale).defined());
+      CHECK_FALSE(cpu::decode_attention(o.q, o.k, o.v, o.allowed, scale).defined());
     }
     // switched off
     {
-      const KernelSwitch off(false);
-      CHECK_FALSE(decode_attention_available());
-      CHECK_FALSE(decode_attention(o.q, o.k, o.v, o.allowed, scale).defined());
+      const KernelOverride off(Kernel::avx2_decode_attention, false);
+      CHECK_FALSE(kernel_plan().on(Kernel::avx2_decode_attention));
+      CHECK_FALSE(cpu::decode_attention(o.q, o.k, o.v, o.allowed, scale).defined());
     }
   }
   // gradients wanted
   const auto q = o.q.clone().requires_grad_(true);
-  CHECK_FALSE(decode_attention(q, o.k, o.v, o.allowed, scale).defined());
+  CHECK_FALSE(cpu::decode_attention(q, o.k, o.v, o.allowed, scale).defined());
 }
 
 // End to end in the model (decode_kernel_checks.h): cached decode on the fused weights, kernel on and off.
 TEST_CASE("decode attention in the model: cached decode logits as with LibTorch's attention") {
   if (no_kernel_here()) return;
-  testing::check_cached_decode(set_decode_attention_enabled, 13);
+  testing::check_cached_decode(Kernel::avx2_decode_attention, 13);
 }

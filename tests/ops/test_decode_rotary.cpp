@@ -3,9 +3,11 @@
 #include <torch/torch.h>
 
 #include "rayless/ops/autocast_scope.h"
-#include "rayless/ops/decode_rotary.h"
+#include "ops/cpu/cpu_backend.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 torch::Tensor rotate_half(const torch::Tensor& x) {
@@ -41,9 +43,9 @@ TEST_CASE("rotate_for_decoding gives the rotary operators' bits, float32 and und
       // q and k as the fused q/k/v projection leaves them: strided views of one [B, H + 2 H_kv, D]
       const auto qkv = (torch::randn({rows, heads + 2 * kv_heads, dim}) * 3.0).to(dtype);
       const auto q = qkv.narrow(1, 0, heads), k = qkv.narrow(1, heads, kv_heads);
-      REQUIRE(rotates_for_decoding(q, k, cos, sin));
+      REQUIRE(cpu::rotates_for_decoding(q, k, cos, sin));
       const auto out_dtype = autocast_compute_dtype(torch::kCPU, torch::kFloat32);
-      const auto [q_rot, k_rot] = rotate_for_decoding(q, k, cos, sin, out_dtype);
+      const auto [q_rot, k_rot] = cpu::rotate_for_decoding(q, k, cos, sin, out_dtype);
       CHECK(same_bits(q_rot, by_operators(q, cos, sin)));
       CHECK(same_bits(k_rot, by_operators(k, cos, sin)));
       CHECK(q_rot.scalar_type() == (autocast_on ? torch::kBFloat16 : torch::kFloat32));
@@ -54,12 +56,12 @@ TEST_CASE("rotate_for_decoding gives the rotary operators' bits, float32 and und
 TEST_CASE("rotate_for_decoding declines what it does not compute") {
   const auto q = torch::randn({2, 4, 8}), k = torch::randn({2, 2, 8});
   const auto cos = torch::randn({2, 1, 8}), sin = torch::randn({2, 1, 8});
-  CHECK(rotates_for_decoding(q, k, cos, sin));
-  CHECK_FALSE(rotates_for_decoding(q, k, cos.to(torch::kBFloat16), sin.to(torch::kBFloat16)));  // bfloat16 tables
-  CHECK_FALSE(rotates_for_decoding(q.to(torch::kFloat64), k.to(torch::kFloat64), cos, sin));
-  CHECK_FALSE(rotates_for_decoding(q.transpose(1, 2), k, cos, sin));  // not unit stride along D
-  CHECK_FALSE(rotates_for_decoding(torch::randn({2, 4, 7}), torch::randn({2, 2, 7}), torch::randn({2, 1, 7}),
+  CHECK(cpu::rotates_for_decoding(q, k, cos, sin));
+  CHECK_FALSE(cpu::rotates_for_decoding(q, k, cos.to(torch::kBFloat16), sin.to(torch::kBFloat16)));  // bfloat16 tables
+  CHECK_FALSE(cpu::rotates_for_decoding(q.to(torch::kFloat64), k.to(torch::kFloat64), cos, sin));
+  CHECK_FALSE(cpu::rotates_for_decoding(q.transpose(1, 2), k, cos, sin));  // not unit stride along D
+  CHECK_FALSE(cpu::rotates_for_decoding(torch::randn({2, 4, 7}), torch::randn({2, 2, 7}), torch::randn({2, 1, 7}),
                                    torch::randn({2, 1, 7})));  // odd D
-  CHECK_FALSE(rotates_for_decoding(q, k, torch::randn({2, 2, 8}), sin));  // two positions: not a decode step
-  CHECK_THROWS(rotate_for_decoding(q, k, cos, sin, torch::kFloat16));
+  CHECK_FALSE(cpu::rotates_for_decoding(q, k, torch::randn({2, 2, 8}), sin));  // two positions: not a decode step
+  CHECK_THROWS(cpu::rotate_for_decoding(q, k, cos, sin, torch::kFloat16));
 }

@@ -1,6 +1,6 @@
-// Generation's one-pass float32 silu(gate) * up (model/decode_silu_times.h) against the same product in
-// float64 and LibTorch's silu and mul, which it replaces; where it declines to run; and a model's cached
-// decode with it against the model without it.
+// Generation's one-pass float32 silu(gate) * up (avx2_decode_silu_times, ops/cpu/x86/avx2) against the
+// same product in float64 and LibTorch's silu and mul, which it replaces; where it declines to run; and
+// a model's cached decode with it against the model without it.
 #include <catch2/catch.hpp>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -10,18 +10,15 @@
 #include <vector>
 
 #include "rayless/ops/autocast_scope.h"
-#include "ops/cpu/x86/avx2/decode_silu_times.h"
+#include "ops/cpu/cpu_backend.h"
 #include "decode_kernel_checks.h"
 #include "rayless/model/model.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
-struct KernelSwitch : testing::KernelSwitch {
-  explicit KernelSwitch(bool on) : testing::KernelSwitch(set_decode_silu_times_enabled, on) {}
-};
-
-bool no_kernel_here() { return testing::kernel_missing(decode_silu_times_available(), "decode silu*up"); }
+bool no_kernel_here() { return testing::kernel_missing(kernel_plan().on(Kernel::avx2_decode_silu_times), "decode silu*up"); }
 
 torch::Tensor libtorch_silu_times(const torch::Tensor& gate_up) {
   const int64_t half = gate_up.size(-1) / 2;
@@ -45,7 +42,7 @@ TEST_CASE("decode silu*up: float64's silu(gate) * up to a few float32 ulps, as n
       // gates from -90 to 90, past where e^-gate leaves float's range
       const auto gate_up = torch::randn({rows[0], rows[1], 2 * half}) * 30;
       gate_up.narrow(-1, 0, half).clamp_(-90, 90);
-      const auto out = decode_silu_times(gate_up);
+      const auto out = cpu::decode_silu_times(gate_up);
       REQUIRE(out.defined());
       REQUIRE(out.sizes() == torch::IntArrayRef{rows[0], rows[1], half});
       REQUIRE(out.scalar_type() == torch::kFloat32);
@@ -71,7 +68,7 @@ TEST_CASE("decode silu*up: gates at the edges of float's range, and one thread o
   constexpr float inf = std::numeric_limits<float>::infinity();
   const auto gate = torch::tensor({-inf, -1000.0f, -88.5f, -20.0f, 0.0f, 20.0f, 1000.0f, inf, 3.0f});
   const auto gate_up = torch::cat({gate, torch::ones({9})}).view({1, 1, 18});
-  const auto out = decode_silu_times(gate_up).view({9});
+  const auto out = cpu::decode_silu_times(gate_up).view({9});
   // LibTorch's silu gives the same at these: -inf / (1 + inf) is NaN there too
   const auto libtorch = libtorch_silu_times(gate_up).view({9});
   for (int64_t i = 0; i < 9; ++i) {
@@ -88,9 +85,9 @@ TEST_CASE("decode silu*up: gates at the edges of float's range, and one thread o
   const auto many = torch::randn({100, 1, 2 * 704});
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
-  const auto one = decode_silu_times(many);
+  const auto one = cpu::decode_silu_times(many);
   at::set_num_threads(2);
-  const auto two = decode_silu_times(many);
+  const auto two = cpu::decode_silu_times(many);
   at::set_num_threads(threads);
   CHECK(torch::equal(one, two));
 }
@@ -101,27 +98,27 @@ TEST_CASE("decode silu*up declines what it does not compute") {
   const auto gate_up = torch::randn({4, 1, 64});
   {
     torch::NoGradGuard no_grad;
-    CHECK(decode_silu_times(gate_up).defined());
-    CHECK_FALSE(decode_silu_times(gate_up.to(torch::kBFloat16)).defined());
-    CHECK_FALSE(decode_silu_times(gate_up.to(torch::kFloat64)).defined());
+    CHECK(cpu::decode_silu_times(gate_up).defined());
+    CHECK_FALSE(cpu::decode_silu_times(gate_up.to(torch::kBFloat16)).defined());
+    CHECK_FALSE(cpu::decode_silu_times(gate_up.to(torch::kFloat64)).defined());
     // an odd width, or a strided input
-    CHECK_FALSE(decode_silu_times(torch::randn({4, 1, 63})).defined());
-    CHECK_FALSE(decode_silu_times(torch::randn({4, 1, 128}).narrow(2, 0, 64)).defined());
+    CHECK_FALSE(cpu::decode_silu_times(torch::randn({4, 1, 63})).defined());
+    CHECK_FALSE(cpu::decode_silu_times(torch::randn({4, 1, 128}).narrow(2, 0, 64)).defined());
     {
       const AutocastScope autocast(true, torch::kCPU);
-      CHECK_FALSE(decode_silu_times(gate_up).defined());
+      CHECK_FALSE(cpu::decode_silu_times(gate_up).defined());
     }
     {
-      const KernelSwitch off(false);
-      CHECK_FALSE(decode_silu_times_available());
-      CHECK_FALSE(decode_silu_times(gate_up).defined());
+      const KernelOverride off(Kernel::avx2_decode_silu_times, false);
+      CHECK_FALSE(kernel_plan().on(Kernel::avx2_decode_silu_times));
+      CHECK_FALSE(cpu::decode_silu_times(gate_up).defined());
     }
   }
-  CHECK_FALSE(decode_silu_times(gate_up.clone().requires_grad_(true)).defined());
+  CHECK_FALSE(cpu::decode_silu_times(gate_up.clone().requires_grad_(true)).defined());
 }
 
 // End to end in the model (decode_kernel_checks.h): cached decode on the fused weights, kernel on and off.
 TEST_CASE("decode silu*up in the model: cached decode logits as with LibTorch's silu and mul") {
   if (no_kernel_here()) return;
-  testing::check_cached_decode(set_decode_silu_times_enabled, 15);
+  testing::check_cached_decode(Kernel::avx2_decode_silu_times, 15);
 }

@@ -1,4 +1,4 @@
-// Packed attention in length buckets (length_buckets.h): the plan against every partition tried by
+// Packed attention in length buckets (ops.h, bucketed_attention): the plan against every partition tried by
 // brute force, and the bucketed attention against one scaled_dot_product_attention call on the padded
 // grid, values and gradients.
 #include <catch2/catch.hpp>
@@ -8,9 +8,10 @@
 #include <random>
 
 #include "rayless/model/attention_window.h"
-#include "rayless/ops/length_buckets.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 

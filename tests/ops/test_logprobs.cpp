@@ -1,9 +1,10 @@
 #include <catch2/catch.hpp>
 
 #include "rayless/base/error.h"
-#include "rayless/ops/logprobs.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 

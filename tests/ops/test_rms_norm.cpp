@@ -1,13 +1,15 @@
-// rms_norm (rms_norm.h): transformers' RMSNorm forward bit for bit; under autocast its one-pass backward
-// against autograd's backward of the same calls in float32 and in float64.
+// rms_norm (ops.h): transformers' RMSNorm forward bit for bit; under autocast its one-pass backward (its
+// AVX-512 rows and its portable ones) against autograd's backward of the same calls in float32 and in
+// float64.
 #include <catch2/catch.hpp>
 
 #include "model/helpers.h"
 
 #include "rayless/ops/autocast_scope.h"
-#include "rayless/ops/rms_norm.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 
@@ -33,6 +35,10 @@ Result run(Norm norm, const torch::Tensor& x0, const torch::Tensor& w0, const to
 }  // namespace
 
 TEST_CASE("rms_norm under autocast: the forward's bits, and a one-pass backward as accurate as autograd's") {
+  // the AVX-512 rows where the CPU has them, and the portable rows alone
+  const bool vector_rows = GENERATE(true, false);
+  const KernelOverride rows(Kernel::avx512_rms_norm_backward, vector_rows);
+  INFO("AVX-512 rows " << (kernel_plan().on(Kernel::avx512_rms_norm_backward) ? "on" : "off"));
   const double eps = 1e-6;
   for (const auto& shape : std::vector<std::vector<int64_t>>{{300, 640}, {2, 7, 64}, {5, 40}}) {  // 40: no 16-wide blocks
     INFO("shape " << torch::IntArrayRef(shape));

@@ -1,13 +1,14 @@
-// apply_rotary (rotary_embedding.h): transformers' rotary embedding forward bit for bit; in a packed
+// apply_rotary (ops.h): transformers' rotary embedding forward bit for bit; in a packed
 // bfloat16 pass its one-pass backward against autograd's and against float64.
 #include <catch2/catch.hpp>
 
 #include "model/helpers.h"
 
 #include "rayless/ops/autocast_scope.h"
-#include "rayless/ops/rotary.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 
@@ -32,7 +33,11 @@ Result run(Rotary rotary, const torch::Tensor& x0, const torch::Tensor& weights,
 }  // namespace
 
 TEST_CASE("apply_rotary on packed bfloat16 tokens: the forward's bits, one rounding in the backward") {
-  for (const int64_t D : {64, 128, 24}) {  // 24: no 16-wide halves, the scalar loop
+  // the AVX-512 backward where the CPU has it, and the portable loop alone
+  const bool vector_loop = GENERATE(true, false);
+  const KernelOverride loop(Kernel::avx512_rotary_backward, vector_loop);
+  INFO("AVX-512 backward " << (kernel_plan().on(Kernel::avx512_rotary_backward) ? "on" : "off"));
+  for (const int64_t D : {64, 128, 24}) {  // 24: no 16-wide halves, the portable loop
     INFO("head size " << D);
     torch::manual_seed(9);
     const int64_t N = 37, H = 5;
@@ -66,7 +71,12 @@ TEST_CASE("apply_rotary on packed bfloat16 tokens: the forward's bits, one round
 // Under bfloat16 autocast (train.bf16) the forward is one pass that returns bfloat16: ATen's float32
 // x * cos + rotate_half(x) * sin cast to bfloat16, bit for bit, as the attention's autocast casts it.
 TEST_CASE("apply_rotary under bfloat16 autocast: one pass giving ATen's float32 result cast to bfloat16") {
-  for (const int64_t D : {64, 128, 24}) {  // 24: the scalar loop
+  // the AVX-512 loops where the CPU has them, and the portable ones alone
+  const bool vector_loops = GENERATE(true, false);
+  const KernelOverride forward(Kernel::avx512_rotary_forward, vector_loops);
+  const KernelOverride backward(Kernel::avx512_rotary_backward, vector_loops);
+  INFO("AVX-512 loops " << (kernel_plan().on(Kernel::avx512_rotary_forward) ? "on" : "off"));
+  for (const int64_t D : {64, 128, 24}) {  // 24: the portable loop
     INFO("head size " << D);
     torch::manual_seed(19);
     const int64_t N = 41, H = 3;

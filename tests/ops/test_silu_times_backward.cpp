@@ -1,12 +1,13 @@
-// silu_times_backward (silu_times_backward.h): one pass against autograd's ops, element by element.
+// silu_times_backward (ops.h): one pass, its AVX-512 loop and its portable one, against autograd's ops,
+// element by element.
 #include <catch2/catch.hpp>
 
 #include <ATen/ops/silu_backward.h>
 
-#include "rayless/base/cpu_features.h"
-#include "rayless/ops/silu_times_backward.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 
@@ -20,7 +21,10 @@ double largest_difference_in_steps(const torch::Tensor& a, const torch::Tensor& 
 }  // namespace
 
 TEST_CASE("silu_times_backward in bfloat16: every element autograd's or its neighbour") {
-  INFO("AVX-512 " << (cpu_has_avx512f() ? "on" : "off (scalar only)"));
+  // the AVX-512 loop where the CPU has it, and the portable loop alone
+  const bool vector_loop = GENERATE(true, false);
+  const KernelOverride loop(Kernel::avx512_silu_times_backward, vector_loop);
+  INFO("AVX-512 " << (kernel_plan().on(Kernel::avx512_silu_times_backward) ? "on" : "off (portable loop only)"));
   torch::manual_seed(13);
   // a training pass's width with a ragged tail (numel not a multiple of 16), and gate values out to
   // where exp over- and underflows in float32

@@ -1,14 +1,17 @@
-// transposed (transpose.h): x.t().contiguous() bit for bit, through the vector blocks and the scalar
-// edges alike.
+// transposed (ops.h): x.t().contiguous() bit for bit, through the AVX-512 blocks and the portable tiles
+// alike.
 #include <catch2/catch.hpp>
 
-#include "rayless/base/cpu_features.h"
-#include "rayless/ops/transpose.h"
+#include "rayless/ops/ops.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 TEST_CASE("transposed gives x.t().contiguous() bit for bit, blocks and edges") {
-  INFO("AVX-512 blocks " << (cpu_has_avx512f() ? "on" : "off (scalar only)"));
+  // the AVX-512 blocks where the CPU has them, and the portable tiles alone
+  const bool vector_blocks = GENERATE(true, false);
+  const KernelOverride blocks(Kernel::avx512_transpose, vector_blocks);
+  INFO("AVX-512 blocks " << (kernel_plan().on(Kernel::avx512_transpose) ? "on" : "off (portable tiles only)"));
   // whole 32 x 16 blocks; ragged rows and columns; narrower than one block either way; one row or column
   const std::vector<std::pair<int64_t, int64_t>> shapes{{64, 32},  {1474, 1792}, {1474, 128}, {77, 45},
                                                         {31, 15},  {33, 17},     {1, 640},    {640, 1}, {5, 3}};

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "rayless/ops/logprobs.h"
+#include "rayless/ops/ops.h"
 #include "rayless/model/model.h"
 
 namespace rayless {
@@ -40,7 +40,7 @@ struct CompletionLogprobOptions {
 // detached entropies; positions outside the mask hold 0 in the packed path and unused values in the
 // padded one. With gradient checkpointing on in training the packed pass does not share prompts
 // (the checkpointed layers keep no cache): each row computes its real prompt tokens itself.
-LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+ops::LogprobsAndEntropies completion_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                          const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                          const CompletionLogprobOptions& options);
 

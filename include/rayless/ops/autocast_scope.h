@@ -3,10 +3,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/types.h>
 
-#include "rayless/ops/bfloat16_products.h"
-#include "rayless/ops/autocast_linear.h"
+#include "rayless/ops/ops.h"
 
-namespace rayless {
+namespace rayless::ops {
 
 // The dtype a float32 operand of a lowered op (matmul, attention) computes in on `device` now: the
 // autocast dtype while autocast is on there, else its own. Other dtypes are left as they are.
@@ -17,7 +16,7 @@ inline at::ScalarType autocast_compute_dtype(at::DeviceType device, at::ScalarTy
 
 // bfloat16 autocast on the device's type while alive (train.bf16): forward passes and generation
 // compute in bfloat16 where autocast lowers an op, with float32 master weights. Its cast caches (each
-// weight cast once, and autocast_linear's last input) are dropped on exit, as the weights change after it.
+// weight cast once, and linear's last input cast) are dropped on exit, as the weights change after it.
 class AutocastScope {
  public:
   // dtype: bfloat16 for train.bf16; a recomputation restores the dtype its forward had
@@ -47,4 +46,4 @@ class AutocastScope {
   at::DeviceType type_;
 };
 
-}  // namespace rayless
+}  // namespace rayless::ops

@@ -1,4 +1,9 @@
-#include "rayless/ops/adamw_update.h"
+// AdamW's single pass on the CPU (adamw_single_pass), its float32 loop on AVX-512 or AVX2 where the
+// plan has them; see ops.h, adamw_update. Built with -ffp-contract=off -fno-math-errno -O3
+// (CMakeLists.txt): every element's result must not depend on where it lies in a tensor (ZeRO updates
+// slices), so no fused multiply-add contraction, whatever -march the user adds; -O3 lets the loop use
+// vector instructions, which round each element as the scalar ones do.
+#include "ops/cpu/cpu_backend.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -6,31 +11,14 @@
 
 #include <cmath>
 
-#include "rayless/base/cpu_features.h"
+#include "ops/cpu/adamw_scalars.h"
+#include "ops/cpu/x86/avx2/avx2_kernels.h"
+#include "ops/cpu/x86/avx512/avx512_kernels.h"
 #include "rayless/base/error.h"
 
-#ifdef RAYLESS_X86_KERNELS
-#include <immintrin.h>
-#endif
-
-namespace rayless {
+namespace rayless::ops::cpu {
 
 namespace {
-
-// The scalars as torch's kernels see them: converted once to the compute type.
-template <typename opmath_t>
-struct Scalars {
-  opmath_t decay, grad_scale, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, step_size, eps;
-  explicit Scalars(const AdamWHyper& h)
-      : decay(static_cast<opmath_t>(1 - h.lr * h.weight_decay)),
-        grad_scale(static_cast<opmath_t>(h.grad_scale)),
-        one_minus_beta1(static_cast<opmath_t>(1 - h.beta1)),
-        beta2(static_cast<opmath_t>(h.beta2)),
-        one_minus_beta2(static_cast<opmath_t>(1 - h.beta2)),
-        bias_correction2_sqrt(static_cast<opmath_t>(std::sqrt(1 - std::pow(h.beta2, double(h.step))))),
-        step_size(static_cast<opmath_t>(-(h.lr / (1 - std::pow(h.beta1, double(h.step)))))),
-        eps(static_cast<opmath_t>(h.eps)) {}
-};
 
 template <typename scalar_t>
 void update_range(scalar_t* __restrict param, const scalar_t* __restrict grad, scalar_t* __restrict exp_avg,
@@ -53,66 +41,6 @@ void update_range(scalar_t* __restrict param, const scalar_t* __restrict grad, s
   }
 }
 
-#ifdef RAYLESS_X86_KERNELS
-RAYLESS_AVX512_INTRINSICS_BEGIN
-// update_range for float32, 16 elements at a time: the same operations in the same order, each
-// rounded (no fused multiply-add: fp-contract is off), so every element comes out bit for bit as there.
-// The scalar loop's tail covers the rest.
-__attribute__((target("avx512f"), optimize("fp-contract=off"))) int64_t update_float_avx512(
-    float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t begin, int64_t end,
-    const AdamWHyper& h) {
-  const Scalars<float> c(h);
-  const __m512 decay = _mm512_set1_ps(c.decay), grad_scale = _mm512_set1_ps(c.grad_scale),
-               one_minus_beta1 = _mm512_set1_ps(c.one_minus_beta1), beta2 = _mm512_set1_ps(c.beta2),
-               one_minus_beta2 = _mm512_set1_ps(c.one_minus_beta2),
-               bias_correction2_sqrt = _mm512_set1_ps(c.bias_correction2_sqrt),
-               step_size = _mm512_set1_ps(c.step_size), eps = _mm512_set1_ps(c.eps);
-  int64_t i = begin;
-  for (; i + 16 <= end; i += 16) {
-    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(param + i), decay);
-    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), grad_scale);
-    __m512 m = _mm512_loadu_ps(exp_avg + i);
-    m = _mm512_add_ps(m, _mm512_mul_ps(one_minus_beta1, _mm512_sub_ps(g, m)));
-    __m512 v = _mm512_loadu_ps(exp_avg_sq + i);
-    v = _mm512_add_ps(_mm512_mul_ps(v, beta2), _mm512_mul_ps(_mm512_mul_ps(one_minus_beta2, g), g));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bias_correction2_sqrt), eps);
-    p = _mm512_add_ps(p, _mm512_mul_ps(step_size, _mm512_div_ps(m, denom)));
-    _mm512_storeu_ps(param + i, p);
-    _mm512_storeu_ps(exp_avg + i, m);
-    _mm512_storeu_ps(exp_avg_sq + i, v);
-  }
-  return i;
-}
-RAYLESS_AVX512_INTRINSICS_END
-
-// update_float_avx512 for CPUs with AVX2 and no AVX-512, 8 elements at a time, the same operations.
-__attribute__((target("avx2"), optimize("fp-contract=off"))) int64_t update_float_avx2(
-    float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t begin, int64_t end,
-    const AdamWHyper& h) {
-  const Scalars<float> c(h);
-  const __m256 decay = _mm256_set1_ps(c.decay), grad_scale = _mm256_set1_ps(c.grad_scale),
-               one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1), beta2 = _mm256_set1_ps(c.beta2),
-               one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2),
-               bias_correction2_sqrt = _mm256_set1_ps(c.bias_correction2_sqrt),
-               step_size = _mm256_set1_ps(c.step_size), eps = _mm256_set1_ps(c.eps);
-  int64_t i = begin;
-  for (; i + 8 <= end; i += 8) {
-    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(param + i), decay);
-    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), grad_scale);
-    __m256 m = _mm256_loadu_ps(exp_avg + i);
-    m = _mm256_add_ps(m, _mm256_mul_ps(one_minus_beta1, _mm256_sub_ps(g, m)));
-    __m256 v = _mm256_loadu_ps(exp_avg_sq + i);
-    v = _mm256_add_ps(_mm256_mul_ps(v, beta2), _mm256_mul_ps(_mm256_mul_ps(one_minus_beta2, g), g));
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), bias_correction2_sqrt), eps);
-    p = _mm256_add_ps(p, _mm256_mul_ps(step_size, _mm256_div_ps(m, denom)));
-    _mm256_storeu_ps(param + i, p);
-    _mm256_storeu_ps(exp_avg + i, m);
-    _mm256_storeu_ps(exp_avg_sq + i, v);
-  }
-  return i;
-}
-#endif
-
 // The elements the vector loop updates, from `begin`; returns where the scalar loop goes on.
 template <typename scalar_t>
 int64_t update_vector_part(scalar_t*, const scalar_t*, scalar_t*, scalar_t*, int64_t begin, int64_t, const AdamWHyper&) {
@@ -121,37 +49,18 @@ int64_t update_vector_part(scalar_t*, const scalar_t*, scalar_t*, scalar_t*, int
 int64_t update_vector_part(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t begin,
                            int64_t end, const AdamWHyper& h) {
 #ifdef RAYLESS_X86_KERNELS
-  if (cpu_has_avx512f()) return update_float_avx512(param, grad, exp_avg, exp_avg_sq, begin, end, h);
-  if (cpu_has_avx2()) return update_float_avx2(param, grad, exp_avg, exp_avg_sq, begin, end, h);
+  const KernelPlan& plan = kernel_plan();
+  if (plan.on(Kernel::avx512_adamw)) return avx512::adamw_update_float(param, grad, exp_avg, exp_avg_sq, begin, end, h);
+  if (plan.on(Kernel::avx2_adamw)) return avx2::adamw_update_float(param, grad, exp_avg, exp_avg_sq, begin, end, h);
 #endif
   return begin;
 }
 
-// the gradient times the clip coefficient, as clip_by_norm's mul_ computes it (by a 0-dimensional
-// tensor of the gradient's dtype)
-torch::Tensor hyper_scaled(const torch::Tensor& grad, const AdamWHyper& h) {
-  if (h.grad_scale == 1) return grad;
-  return grad * torch::full({}, h.grad_scale, grad.options());
-}
-
 }  // namespace
 
-void adamw_update_tensor_ops(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg,
-                             torch::Tensor& exp_avg_sq, const AdamWHyper& h) {
-  torch::NoGradGuard no_grad;
-  const torch::Tensor scaled = hyper_scaled(grad, h);
-  const double bias_correction2_sqrt = std::sqrt(1 - std::pow(h.beta2, double(h.step)));
-  const double step_size = h.lr / (1 - std::pow(h.beta1, double(h.step)));
-  param.mul_(1 - h.lr * h.weight_decay);
-  exp_avg.lerp_(scaled, 1 - h.beta1);
-  exp_avg_sq.mul_(h.beta2).addcmul_(scaled, scaled, 1 - h.beta2);
-  const torch::Tensor denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(h.eps);
-  param.addcdiv_(exp_avg, denom, -step_size);
-}
-
-void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+bool adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                   const AdamWHyper& hyper) {
-  if (!param.device().is_cpu()) return adamw_update_tensor_ops(param, grad, exp_avg, exp_avg_sq, hyper);
+  if (!kernel_plan().on(Kernel::adamw_single_pass)) return false;
   auto check = [&](const torch::Tensor& t) {
     runtimeCheck(t.scalar_type() == param.scalar_type() && t.numel() == param.numel() && t.is_contiguous() &&
                      t.device() == param.device(),
@@ -171,6 +80,7 @@ void adamw_update(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor
       update_range(p, g, m, v, begin, end, hyper);
     });
   });
+  return true;
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops::cpu

@@ -1,16 +1,21 @@
-#include "rayless/ops/attention.h"
+// Attention on the CPU: the flash kernel's backward in float32 for bfloat16 training
+// (attention_float32_backward), one call or a packed pass's buckets as one node; the packed passes'
+// length buckets (length_buckets); a decode step's float32 attention in one pass (avx2_decode_attention).
+// See ops.h.
+#include "ops/cpu/cpu_backend.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
-#include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/autograd.h>
 
 #include <limits>
 
+#include "ops/cpu/x86/avx2/avx2_kernels.h"
+#include "ops/reference.h"
 #include "rayless/ops/autocast_scope.h"
 
-namespace rayless {
+namespace rayless::ops {
 
 namespace {
 
@@ -58,20 +63,8 @@ struct FlashAttentionFloat32Backward : public torch::autograd::Function<FlashAtt
   }
 };
 
-// A bucket's keys and values: the first `keys` of its rows (a bucket of all rows takes them in place).
-std::pair<torch::Tensor, torch::Tensor> bucket_keys(const torch::Tensor& k, const torch::Tensor& v, const AttentionBucket& b) {
-  auto kb = k.narrow(2, 0, b.keys), vb = v.narrow(2, 0, b.keys);
-  if (b.rows.defined()) {
-    kb = kb.index_select(0, b.rows);
-    vb = vb.index_select(0, b.rows);
-  }
-  return {kb, vb};
-}
-
-// a bucket's queries [count, H, length, D], a view of the flat layout at `offset`
-torch::Tensor bucket_view(const torch::Tensor& flat, int64_t offset, const AttentionBucket& b) {
-  return flat.narrow(0, offset, b.count * b.length).view({b.count, b.length, flat.size(1), flat.size(2)}).transpose(1, 2);
-}
+using reference::bucket_keys;
+using reference::bucket_view;
 
 struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& queries, const torch::Tensor& k,
@@ -130,40 +123,41 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
 
 }  // namespace
 
-torch::Tensor scaled_attention_buckets(const torch::Tensor& queries, const torch::Tensor& k, const torch::Tensor& v,
-                                       const std::vector<AttentionBucket>& buckets, double scale, bool enable_gqa) {
-  if (attention_backward_in_float32(queries, k, v)) {
-    const auto dtype = autocast_compute_dtype(queries.device().type(), queries.scalar_type());
-    return BucketedFlashAttention::apply(queries.to(dtype), k.to(dtype), v.to(dtype), buckets, scale);
-  }
-  // bucket by bucket through autograd: the queries split (split's backward is one cat, where narrowing
-  // per bucket would build a full-size gradient for each)
-  std::vector<int64_t> sizes;
-  for (const AttentionBucket& b : buckets) sizes.push_back(b.count * b.length);
-  const auto split = queries.split_with_sizes(sizes);
-  std::vector<torch::Tensor> outputs;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    const AttentionBucket& b = buckets[i];
-    const auto [kb, vb] = bucket_keys(k, v, b);
-    const auto out = scaled_attention(bucket_view(split[i], 0, b), kb, vb, b.allowed, scale, enable_gqa);
-    outputs.push_back(out.transpose(1, 2).reshape({b.count * b.length, queries.size(1) * queries.size(2)}));
-  }
-  return torch::cat(outputs, 0);
-}
-
 bool attention_backward_in_float32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const auto dtype = autocast_compute_dtype(q.device().type(), q.scalar_type());
-  return q.device().is_cpu() && reduced(dtype) && torch::GradMode::is_enabled() &&
-         (q.requires_grad() || k.requires_grad() || v.requires_grad()) && at::globalContext().userEnabledFlashSDP();
+  return kernel_plan().on(Kernel::attention_float32_backward) && q.device().is_cpu() && reduced(dtype) &&
+         torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()) &&
+         at::globalContext().userEnabledFlashSDP();
 }
 
+namespace cpu {
+
 torch::Tensor scaled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& allowed, double scale, bool enable_gqa) {
-  if (q.dim() != 4 || !attention_backward_in_float32(q, k, v))
-    return at::scaled_dot_product_attention(q, k, v, allowed, 0.0, false, scale, enable_gqa);
+                               const torch::Tensor& allowed, double scale) {
+  if (q.dim() != 4 || !attention_backward_in_float32(q, k, v)) return {};
   // autocast's casts of the operands, as it would make them for at::scaled_dot_product_attention
   const auto dtype = autocast_compute_dtype(q.device().type(), q.scalar_type());
   return FlashAttentionFloat32Backward::apply(q.to(dtype), k.to(dtype), v.to(dtype), allowed, scale);
 }
 
-}  // namespace rayless
+torch::Tensor scaled_attention_buckets(const torch::Tensor& queries, const torch::Tensor& k, const torch::Tensor& v,
+                                       const std::vector<AttentionBucket>& buckets, double scale) {
+  if (!attention_backward_in_float32(queries, k, v)) return {};
+  const auto dtype = autocast_compute_dtype(queries.device().type(), queries.scalar_type());
+  return BucketedFlashAttention::apply(queries.to(dtype), k.to(dtype), v.to(dtype), buckets, scale);
+}
+
+// a decode step has nothing to bucket
+bool attends_in_buckets(int64_t positions_per_row) {
+  return positions_per_row > 1 && kernel_plan().on(Kernel::length_buckets);
+}
+
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& allowed, double scale) {
+  if (!kernel_plan().on(Kernel::avx2_decode_attention)) return {};
+  return avx2::decode_attention(q, k, v, allowed, scale);
+}
+
+}  // namespace cpu
+
+}  // namespace rayless::ops

@@ -1,13 +1,14 @@
-#include "rayless/ops/autocast_linear.h"
+// Training's projections under autocast on the CPU (autocast_linear): autocast's linear bit for bit,
+// holding the float32 weight for backward and one cast of an input the projections share; see ops.h,
+// linear.
+#include "ops/cpu/cpu_backend.h"
 
 #include <ATen/ExpandUtils.h>
 #include <torch/autograd.h>
 
-#include "rayless/ops/bfloat16_products.h"
 #include "rayless/ops/autocast_scope.h"
-#include "rayless/ops/transpose.h"
 
-namespace rayless {
+namespace rayless::ops {
 
 namespace {
 // The last input cast, for the projections that share it (q, k and v; gate and up): autocast casts
@@ -44,7 +45,7 @@ struct AutocastLinear : public torch::autograd::Function<AutocastLinear> {
     ctx->saved_data["input_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["bias_dtype"] = static_cast<int64_t>(has_bias ? bias.scalar_type() : low);
     // what autocast's linear calls: at::linear on the cast operands (widened where train.bf16_products
-    // says: bfloat16_products.h)
+    // says: ops.h)
     const torch::Tensor weight_low = weight.to(low);
     return bfloat16_aware_linear(x_low, weight_low, has_bias ? bias.to(low) : torch::Tensor());
   }
@@ -70,26 +71,10 @@ struct AutocastLinear : public torch::autograd::Function<AutocastLinear> {
 };
 }  // namespace
 
-LinearGrads linear_grads(const torch::Tensor& grad_output, const torch::Tensor& input, const torch::Tensor& weight) {
-  const torch::Tensor grad_2d = grad_output.reshape({-1, grad_output.size(-1)});
-  // mm(input_2d, weight.t()): mat1's grad is grad.mm(mat2.t())
-  return {bfloat16_aware_mm(grad_2d, weight).reshape(input.sizes()), linear_weight_grad(grad_output, input)};
-}
-
-torch::Tensor linear_weight_grad(const torch::Tensor& grad_output, const torch::Tensor& input) {
-  const torch::Tensor input_2d = input.reshape({-1, input.size(-1)});  // a view: input is contiguous
-  const torch::Tensor grad_2d = grad_output.reshape({-1, grad_output.size(-1)});
-  // mat2 (the weight, transposed) is column-major, so its grad is grad.t().mm(mat1).t(), transposed
-  // back by t()'s grad. In 2-byte dtypes the gradient is transposed into memory first (transpose.h),
-  // as oneDNN multiplies a row-major operand faster (1.3-1.9x at the training pass's shapes).
-  if (widens_bfloat16_product(grad_2d, input_2d)) return bfloat16_aware_mm(grad_2d.t(), input_2d);
-  const bool two_bytes = grad_2d.element_size() == 2 && grad_2d.device().is_cpu();
-  return (two_bytes ? transposed(grad_2d) : grad_2d.t()).mm(input_2d);
-}
-
 void clear_autocast_linear_casts() { last_input_cast = LastInputCast{}; }
 
 bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (!kernel_plan().on(Kernel::autocast_linear)) return false;
   if (!torch::GradMode::is_enabled() || !weight.requires_grad() || weight.scalar_type() != at::kFloat) return false;
   // checked bit for bit against autocast on the CPU only; GPUs keep autocast's own linear until a
   // device run compares them (tests/devices)
@@ -102,11 +87,12 @@ bool autocast_linear_applies(const torch::Tensor& x, const torch::Tensor& weight
   return (x.dim() == 2 || x.dim() == 3) && x.is_contiguous() && x.stride(-1) == 1;
 }
 
-torch::Tensor autocast_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+torch::Tensor cpu::linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!autocast_linear_applies(x, weight)) return {};
   const auto low = autocast_compute_dtype(weight.device().type(), at::kFloat);
   const bool has_bias = bias.defined();
   return AutocastLinear::apply(x, input_in(x, low), weight, has_bias ? bias : torch::empty({0}, weight.options()),
                                has_bias);
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops

@@ -1,13 +1,13 @@
-// One decode step's rotary embedding in one pass; see include/rayless/model/decoding_rotary.h. Built
-// with -ffp-contract=off (CMakeLists.txt): a fused multiply-add would round once where LibTorch's
-// operators round twice.
-#include "rayless/ops/decode_rotary.h"
+// One decode step's rotary embedding in one pass (decode_rotary); see ops.h, decode_rotary. Built with
+// -ffp-contract=off (CMakeLists.txt): a fused multiply-add would round once where LibTorch's operators
+// round twice.
+#include "ops/cpu/cpu_backend.h"
 
 #include <c10/util/BFloat16.h>
 
 #include "rayless/base/error.h"
 
-namespace rayless {
+namespace rayless::ops::cpu {
 
 namespace {
 bool takes_dtype(const torch::Tensor& x) { return x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kFloat32; }
@@ -83,4 +83,4 @@ std::pair<torch::Tensor, torch::Tensor> rotate_for_decoding(const torch::Tensor&
   return {rotated(q, c, s, out_dtype), rotated(k, c, s, out_dtype)};
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops::cpu

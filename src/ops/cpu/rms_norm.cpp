@@ -1,25 +1,20 @@
-#include "rayless/ops/rms_norm.h"
+// RMSNorm on the CPU: a decode step's float32 norm in one pass per row (avx2_decode_rms_norm), and
+// training's one-pass backward (rms_norm_one_pass_backward, its rows on AVX-512 where they fit:
+// avx512_rms_norm_backward); see ops.h, rms_norm.
+#include "ops/cpu/cpu_backend.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
-#include "rayless/base/cpu_features.h"
-
-#ifdef RAYLESS_X86_KERNELS
-#include <immintrin.h>
-#endif
-
 #include <vector>
 
-namespace rayless {
+#include "ops/cpu/x86/avx2/avx2_kernels.h"
+#include "ops/cpu/x86/avx512/avx512_kernels.h"
+#include "ops/reference.h"
+
+namespace rayless::ops {
 
 namespace {
-
-torch::Tensor normalised(const torch::Tensor& h, double eps, torch::Tensor* inverse_rms) {
-  const auto r = torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  if (inverse_rms) *inverse_rms = r;
-  return h * r;
-}
 
 // One row's backward; gw_sum accumulates the weight's gradient over rows. With c = r^3 <g*w, x> / D:
 // dx = r g w - c x and dw += g (x r), the derivative of w * x * rsqrt(mean(x^2) + eps).
@@ -37,37 +32,11 @@ void backward_rows_scalar(const float* g, const float* x, const float* w, const 
   }
 }
 
-#ifdef RAYLESS_X86_KERNELS
-__attribute__((target("avx512f"))) void backward_rows_avx512(const float* g, const float* x, const float* w,
-                                                              const float* r, int64_t rows, int64_t D, float* dx,
-                                                              float* gw_sum) {
-  for (int64_t n = 0; n < rows; ++n, g += D, x += D, dx += D) {
-    const __m512 rn = _mm512_set1_ps(r[n]);
-    __m512 dot = _mm512_setzero_ps();
-    for (int64_t i = 0; i < D; i += 16) {
-      const __m512 gi = _mm512_loadu_ps(g + i), xi = _mm512_loadu_ps(x + i);
-      dot = _mm512_fmadd_ps(_mm512_mul_ps(gi, _mm512_loadu_ps(w + i)), xi, dot);
-      _mm512_storeu_ps(gw_sum + i, _mm512_fmadd_ps(gi, _mm512_mul_ps(xi, rn), _mm512_loadu_ps(gw_sum + i)));
-    }
-    alignas(64) float lanes[16];  // the lanes summed in order (GCC 12 warns on _mm512_reduce_add_ps)
-    _mm512_store_ps(lanes, dot);
-    float sum = 0.0f;
-    for (const float lane : lanes) sum += lane;
-    const float rs = r[n];
-    const __m512 c = _mm512_set1_ps(rs * rs * rs * sum / static_cast<float>(D));
-    for (int64_t i = 0; i < D; i += 16) {
-      const __m512 gw = _mm512_mul_ps(_mm512_loadu_ps(g + i), _mm512_loadu_ps(w + i));
-      _mm512_storeu_ps(dx + i, _mm512_fnmadd_ps(c, _mm512_loadu_ps(x + i), _mm512_mul_ps(rn, gw)));
-    }
-  }
-}
-#endif
-
 struct RmsNormOnePassBackward : public torch::autograd::Function<RmsNormOnePassBackward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                double eps) {
     torch::Tensor r;
-    const auto out = weight * normalised(x, eps, &r);  // x is float32: the casts to and from it are no-ops
+    const auto out = weight * reference::rms_normalised(x, eps, &r);  // x is float32: the casts to and from it are no-ops
     ctx->save_for_backward({x, weight, r});
     return out;
   }
@@ -83,7 +52,7 @@ struct RmsNormOnePassBackward : public torch::autograd::Function<RmsNormOnePassB
     std::vector<float> gw_sum(static_cast<size_t>(D), 0.0f);
     auto* rows_backward = &backward_rows_scalar;
 #ifdef RAYLESS_X86_KERNELS
-    if (cpu_has_avx512f() && D % 16 == 0) rows_backward = &backward_rows_avx512;
+    if (kernel_plan().on(Kernel::avx512_rms_norm_backward) && D % 16 == 0) rows_backward = &avx512::rms_norm_backward_rows;
 #endif
     rows_backward(
         g.data_ptr<float>(), x.data_ptr<float>(), weight.data_ptr<float>(), r.data_ptr<float>(), x.size(0), D,
@@ -96,15 +65,24 @@ struct RmsNormOnePassBackward : public torch::autograd::Function<RmsNormOnePassB
 }  // namespace
 
 bool rms_norm_backward_in_one_pass(const torch::Tensor& x, const torch::Tensor& weight) {
-  return x.device().is_cpu() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-         weight.dim() == 1 && x.size(-1) == weight.size(0) && torch::GradMode::is_enabled() &&
+  return kernel_plan().on(Kernel::rms_norm_one_pass_backward) && x.device().is_cpu() &&
+         x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && weight.dim() == 1 &&
+         x.size(-1) == weight.size(0) && torch::GradMode::is_enabled() &&
          (x.requires_grad() || weight.requires_grad()) && at::autocast::is_autocast_enabled(at::kCPU);
 }
 
+namespace cpu {
+
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (rms_norm_backward_in_one_pass(x, weight)) return RmsNormOnePassBackward::apply(x, weight, eps);
-  const auto input_dtype = x.scalar_type();
-  return weight * normalised(x.to(torch::kFloat32), eps, nullptr).to(input_dtype);
+  if (!rms_norm_backward_in_one_pass(x, weight)) return {};
+  return RmsNormOnePassBackward::apply(x, weight, eps);
 }
 
-}  // namespace rayless
+torch::Tensor decode_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (!kernel_plan().on(Kernel::avx2_decode_rms_norm)) return {};
+  return avx2::decode_rms_norm(x, weight, eps);
+}
+
+}  // namespace cpu
+
+}  // namespace rayless::ops

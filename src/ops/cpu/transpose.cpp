@@ -1,15 +1,13 @@
-#include "rayless/ops/transpose.h"
+// A 2-byte matrix transposed in tiles on the CPU (transpose_tiles), its whole blocks on AVX-512
+// (avx512_transpose); see ops.h, transposed.
+#include "ops/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "rayless/base/cpu_features.h"
+#include "ops/cpu/x86/avx512/avx512_kernels.h"
 
-#ifdef RAYLESS_X86_KERNELS
-#include <immintrin.h>
-#endif
-
-namespace rayless {
+namespace rayless::ops::cpu {
 
 namespace {
 
@@ -23,59 +21,11 @@ void transpose_scalar(const uint16_t* in, uint16_t* out, int64_t rows, int64_t c
         for (int64_t r = rt; r < std::min(r1, rt + kTile); ++r) out[c * rows + r] = in[r * cols + c];
 }
 
-#ifdef RAYLESS_X86_KERNELS
-RAYLESS_AVX512_INTRINSICS_BEGIN
-// Blocks of 32 rows by 16 columns. Rows 2k and 2k+1 are interleaved into 16 32-bit words, one per
-// column (each word holds the column's two elements in row order); a 16 x 16 transpose of those words
-// then gives each column's 32 elements in row order, one 64-byte store per column.
-__attribute__((target("avx512f"))) void transpose_blocks_avx512(const uint16_t* in, uint16_t* out, int64_t rows,
-                                                                 int64_t cols, int64_t row_blocks,
-                                                                 int64_t col_blocks) {
-  for (int64_t rb = 0; rb < row_blocks; ++rb)
-    for (int64_t cb = 0; cb < col_blocks; ++cb) {
-      const int64_t r0 = rb * 32, c0 = cb * 16;
-      __m512i pairs[16];
-      for (int k = 0; k < 16; ++k) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + (r0 + 2 * k) * cols + c0));
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + (r0 + 2 * k + 1) * cols + c0));
-        // per 128-bit lane: unpacklo holds columns 0-3 (lane 0) and 8-11 (lane 1), unpackhi 4-7 and 12-15
-        const __m512i w = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_unpacklo_epi16(a, b)),
-                                             _mm256_unpackhi_epi16(a, b), 1);
-        pairs[k] = _mm512_shuffle_i64x2(w, w, _MM_SHUFFLE(3, 1, 2, 0));  // columns 0-3, 4-7, 8-11, 12-15
-      }
-      __m512i t[16], u[16], s[16], f[16];
-      for (int k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_epi32(pairs[k], pairs[k + 1]);
-        t[k + 1] = _mm512_unpackhi_epi32(pairs[k], pairs[k + 1]);
-      }
-      for (int k = 0; k < 16; k += 4) {
-        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
-        u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
-        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
-        u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
-      }
-      for (int k = 0; k < 4; ++k) {
-        s[k] = _mm512_shuffle_i32x4(u[k], u[k + 4], 0x88);
-        s[k + 4] = _mm512_shuffle_i32x4(u[k], u[k + 4], 0xdd);
-        s[k + 8] = _mm512_shuffle_i32x4(u[k + 8], u[k + 12], 0x88);
-        s[k + 12] = _mm512_shuffle_i32x4(u[k + 8], u[k + 12], 0xdd);
-      }
-      for (int k = 0; k < 4; ++k) {
-        f[k] = _mm512_shuffle_i32x4(s[k], s[k + 8], 0x88);
-        f[k + 8] = _mm512_shuffle_i32x4(s[k], s[k + 8], 0xdd);
-        f[k + 4] = _mm512_shuffle_i32x4(s[k + 4], s[k + 12], 0x88);
-        f[k + 12] = _mm512_shuffle_i32x4(s[k + 4], s[k + 12], 0xdd);
-      }
-      for (int j = 0; j < 16; ++j) _mm512_storeu_si512(out + (c0 + j) * rows + r0, f[j]);
-    }
-}
-RAYLESS_AVX512_INTRINSICS_END
-#endif
-
 }  // namespace
 
 torch::Tensor transposed(const torch::Tensor& x) {
-  if (x.dim() != 2 || !x.device().is_cpu() || x.element_size() != 2) return x.t().contiguous();
+  if (x.dim() != 2 || !x.device().is_cpu() || x.element_size() != 2 || !kernel_plan().on(Kernel::transpose_tiles))
+    return {};
   const torch::Tensor in = x.contiguous();
   const int64_t rows = in.size(0), cols = in.size(1);
   torch::Tensor out = torch::empty({cols, rows}, in.options());
@@ -83,10 +33,10 @@ torch::Tensor transposed(const torch::Tensor& x) {
   auto* dst = static_cast<uint16_t*>(out.data_ptr());
   int64_t row_blocks = 0, col_blocks = 0;  // the part the vector kernel covers
 #ifdef RAYLESS_X86_KERNELS
-  if (cpu_has_avx512f()) {
+  if (kernel_plan().on(Kernel::avx512_transpose)) {
     row_blocks = rows / 32;
     col_blocks = cols / 16;
-    transpose_blocks_avx512(src, dst, rows, cols, row_blocks, col_blocks);
+    avx512::transpose_blocks(src, dst, rows, cols, row_blocks, col_blocks);
   }
 #endif
   const int64_t covered_rows = row_blocks * 32, covered_cols = col_blocks * 16;
@@ -95,4 +45,4 @@ torch::Tensor transposed(const torch::Tensor& x) {
   return out;
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops::cpu

@@ -1,49 +1,34 @@
-// bfloat16 products on AMX tiles; see include/rayless/model/amx_linear.h. The tile code carries its
-// own target attribute, so the rest of the build needs no AMX flags; it runs only where available()
-// found the instructions and the kernel's permission.
-#include "ops/cpu/x86/amx/linear_tiles.h"
+// bfloat16 products on AMX tiles (amx_linear); see amx_kernels.h. The tile code carries its own target
+// attribute, so the rest of the build needs no AMX flags; it runs only where the plan found the
+// instructions and request_tile_permission() the kernel's permission.
+#include "amx_kernels.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "rayless/base/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RAYLESS_AMX_KERNEL 1
-#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
-namespace rayless::amx {
+namespace rayless::ops::amx {
 
 namespace {
 constexpr int64_t kOutputsPerBlock = 64;   // four tiles of 16 outputs side by side
 constexpr int64_t kInputsPerChunk = 32;    // one tile row holds 16 input pairs
 constexpr int64_t kChunkBytes = 4 * 1024;  // four 1 KiB weight tiles per 32 inputs of a block
 constexpr int64_t kMaxTileRows = 16;
-std::atomic<bool> enabled{true};
+std::atomic<bool> granted{false};  // request_tile_permission() succeeded
 
 #ifdef RAYLESS_AMX_KERNEL
-bool cpu_and_kernel_allow_tiles() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  const bool amx_bf16 = (edx >> 22) & 1, amx_tile = (edx >> 24) & 1, avx512f = (ebx >> 16) & 1;
-  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-  const bool avx512_bf16 = (eax >> 5) & 1;
-  if (!(amx_bf16 && amx_tile && avx512f && avx512_bf16)) return false;
-  // Linux hands out the 8 KiB tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
-  // XFEATURE_XTILEDATA); without it the first tile instruction would kill the process.
-  constexpr long kRequestPermission = 0x1023, kTileData = 18;
-  return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
-}
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -111,32 +96,19 @@ __attribute__((target("avx512f,avx512bf16"))) void round_block(const float* sums
     }
 }
 #endif
-
-bool switched_off_by_environment() {
-  const char* value = std::getenv("RAYLESS_AMX");
-  return value && std::string(value) == "0";
-}
 }  // namespace
 
-namespace {
-bool tiles_usable() {
+bool request_tile_permission() {
 #ifdef RAYLESS_AMX_KERNEL
-  static const bool usable = !switched_off_by_environment() && cpu_and_kernel_allow_tiles();
-  return usable;
+  static const bool permitted = [] {
+    constexpr long kRequestPermission = 0x1023, kTileData = 18;
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  }();
+  granted.store(permitted);
+  return permitted;
 #else
   return false;
 #endif
-}
-}  // namespace
-
-bool available() { return tiles_usable() && enabled.load(); }
-
-void set_enabled(bool on) { enabled.store(on); }
-
-std::string describe() {
-  if (available()) return "AMX tiles (RAYLESS_AMX=0 for oneDNN's kernel)";
-  if (switched_off_by_environment()) return "oneDNN (RAYLESS_AMX=0)";
-  return "oneDNN (no AMX tiles on this CPU)";
 }
 
 bool fits(int64_t out, int64_t in) {
@@ -206,7 +178,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
                                                                 bias.scalar_type() == torch::kBFloat16)),
                "amx::linear: unexpected operands x ", x.sizes(), " ", x.scalar_type(), ", packed ", packed.numel(),
                ", out ", out);
-  runtimeCheck(tiles_usable(), "amx::linear called where AMX is not available");
+  runtimeCheck(granted.load(), "amx::linear called before the tile state was granted");
   const int64_t rows = x.size(0), in = x.size(1);
   auto y = torch::empty({rows, out}, x.options());
   if (rows == 0) return y;
@@ -237,4 +209,4 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   return y;
 }
 
-}  // namespace rayless::amx
+}  // namespace rayless::ops::amx

@@ -1,7 +1,7 @@
-// One decode step's float32 attention on the CPU; see include/rayless/model/decode_attention.h. The
-// loops carry their own target attribute, as in avx2_linear.cpp: they run only where
-// decode_attention_available() found the instructions.
-#include "ops/cpu/x86/avx2/decode_attention.h"
+// One decode step's float32 attention on the CPU (avx2_decode_attention); see avx2_kernels.h. The loops
+// carry their own target attribute, as in linear_rows.cpp: they run only where the plan found the
+// instructions.
+#include "avx2_kernels.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
@@ -10,23 +10,18 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <string>
 
 #include "exp8.h"
-#include "decode_kernel_switch.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/ops/autocast_scope.h"
-#include "ops/cpu/x86/avx2/linear_rows.h"
 
 #ifdef RAYLESS_X86_KERNELS
 #include <immintrin.h>
 #endif
 
-namespace rayless {
+namespace rayless::ops::avx2 {
 
 namespace {
-DecodeKernelSwitch kernel_switch("LibTorch's flash kernel");
-
 // (row, head) pairs per task: a pair is a few microseconds of work at decode lengths
 constexpr int64_t kPairsPerTask = 8;
 
@@ -37,11 +32,11 @@ __attribute__((target("avx2,fma"))) void exponentiate_less(float* scores, int64_
   const __m256 shift = _mm256_set1_ps(largest);
   int64_t s = 0;
   for (; s + 8 <= n; s += 8)
-    _mm256_storeu_ps(scores + s, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + s), shift)));
+    _mm256_storeu_ps(scores + s, exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + s), shift)));
   if (s < n) {
     alignas(32) float rest[8] = {};
     for (int64_t j = s; j < n; ++j) rest[j - s] = scores[j];
-    _mm256_store_ps(rest, avx2::exp8(_mm256_sub_ps(_mm256_load_ps(rest), shift)));
+    _mm256_store_ps(rest, exp8(_mm256_sub_ps(_mm256_load_ps(rest), shift)));
     for (int64_t j = s; j < n; ++j) scores[j] = rest[j - s];
   }
 }
@@ -139,7 +134,6 @@ __attribute__((target("avx2,fma"))) void weighted_values(const float* weights, c
 #endif
 
 bool applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& allowed) {
-  if (!kernel_switch.on()) return false;
   if (!q.defined() || !k.defined() || !v.defined() || !allowed.defined()) return false;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || allowed.dim() != 4) return false;
   for (const auto* t : {&q, &k, &v})
@@ -157,12 +151,6 @@ bool applies(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor
          allowed.size(3) == keys;
 }
 }  // namespace
-
-bool decode_attention_available() { return kernel_switch.on(); }
-
-void set_decode_attention_enabled(bool on) { kernel_switch.set(on); }
-
-std::string describe_decode_attention() { return kernel_switch.describe(); }
 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double scale) {
@@ -229,4 +217,4 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, c
 #endif
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops::avx2

@@ -1,15 +1,13 @@
-// A decode step's float32 RMSNorm in one pass per row; see include/rayless/model/decode_rms_norm.h. The
-// loop carries its own target attribute, as in avx2_linear.cpp: it runs only where
-// decode_rms_norm_available() found the instructions.
-#include "ops/cpu/x86/avx2/decode_rms_norm.h"
+// A decode step's float32 RMSNorm in one pass per row (avx2_decode_rms_norm); see avx2_kernels.h. The
+// loop carries its own target attribute, as in linear_rows.cpp: it runs only where the plan found the
+// instructions.
+#include "avx2_kernels.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
-#include <string>
 
-#include "decode_kernel_switch.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/ops/autocast_scope.h"
 
@@ -17,11 +15,9 @@
 #include <immintrin.h>
 #endif
 
-namespace rayless {
+namespace rayless::ops::avx2 {
 
 namespace {
-DecodeKernelSwitch kernel_switch("LibTorch's operators");
-
 // rows per task: a row of a few thousand floats is a microsecond or less
 constexpr int64_t kRowsPerTask = 64;
 
@@ -52,7 +48,6 @@ __attribute__((target("avx2,fma"))) void normalise_row(const float* x, const flo
 #endif
 
 bool applies(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (!kernel_switch.on()) return false;
   if (!x.defined() || !weight.defined()) return false;
   if (!x.device().is_cpu() || !weight.device().is_cpu()) return false;
   if (x.scalar_type() != torch::kFloat32 || weight.scalar_type() != torch::kFloat32) return false;
@@ -64,12 +59,6 @@ bool applies(const torch::Tensor& x, const torch::Tensor& weight) {
 }
 }  // namespace
 
-bool decode_rms_norm_available() { return kernel_switch.on(); }
-
-void set_decode_rms_norm_enabled(bool on) { kernel_switch.set(on); }
-
-std::string describe_decode_rms_norm() { return kernel_switch.describe(); }
-
 torch::Tensor decode_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   if (!applies(x, weight)) return {};
 #ifdef RAYLESS_X86_KERNELS
@@ -78,7 +67,7 @@ torch::Tensor decode_rms_norm(const torch::Tensor& x, const torch::Tensor& weigh
   const float* w_data = weight.data_ptr<float>();
   auto out = torch::empty_like(x);
   float* out_data = out.data_ptr<float>();
-  // rms_norm adds eps to a float32 mean: the same float32 value
+  // the reference adds eps to a float32 mean: the same float32 value
   const auto eps_f = static_cast<float>(eps);
   at::parallel_for(0, rows, kRowsPerTask, [&](int64_t first, int64_t last) {
     for (int64_t row = first; row < last; ++row) normalise_row(x_data + row * n, w_data, n, eps_f, out_data + row * n);
@@ -89,4 +78,4 @@ torch::Tensor decode_rms_norm(const torch::Tensor& x, const torch::Tensor& weigh
 #endif
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops::avx2

@@ -1,32 +1,28 @@
-// Generation's float32 silu(gate) * up in one pass; see include/rayless/model/decode_silu_times.h. The
-// loop carries its own target attribute, as in avx2_linear.cpp: it runs only where
-// decode_silu_times_available() found the instructions.
-#include "ops/cpu/x86/avx2/decode_silu_times.h"
+// Generation's float32 silu(gate) * up in one pass (avx2_decode_silu_times); see avx2_kernels.h. The
+// loop carries its own target attribute, as in linear_rows.cpp: it runs only where the plan found the
+// instructions.
+#include "avx2_kernels.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "exp8.h"
-#include "decode_kernel_switch.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/ops/autocast_scope.h"
 
-namespace rayless {
+namespace rayless::ops::avx2 {
 
 namespace {
-DecodeKernelSwitch kernel_switch("LibTorch's silu and mul");
-
 // rows per task: a decode row of a few thousand floats is a microsecond or two
 constexpr int64_t kRowsPerTask = 16;
 
 #ifdef RAYLESS_X86_KERNELS
 // gate / (1 + e^-gate) * up, 8 at a time: silu's formula, then the product
 __attribute__((target("avx2,fma"))) inline __m256 silu_times_8(__m256 gate, __m256 up) {
-  const __m256 e = avx2::exp8(_mm256_xor_ps(gate, _mm256_set1_ps(-0.0f)));  // e^-gate
+  const __m256 e = exp8(_mm256_xor_ps(gate, _mm256_set1_ps(-0.0f)));  // e^-gate
   return _mm256_mul_ps(_mm256_div_ps(gate, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), up);
 }
 
@@ -45,19 +41,12 @@ __attribute__((target("avx2,fma"))) void silu_times_row(const float* gate, const
 #endif
 
 bool applies(const torch::Tensor& gate_up) {
-  if (!kernel_switch.on()) return false;
   if (!gate_up.defined() || !gate_up.device().is_cpu() || gate_up.scalar_type() != torch::kFloat32) return false;
   if (gate_up.dim() == 0 || gate_up.size(-1) == 0 || gate_up.size(-1) % 2 != 0 || !gate_up.is_contiguous()) return false;
   if (c10::GradMode::is_enabled() && gate_up.requires_grad()) return false;
   return autocast_compute_dtype(at::kCPU, torch::kFloat32) == torch::kFloat32;
 }
 }  // namespace
-
-bool decode_silu_times_available() { return kernel_switch.on(); }
-
-void set_decode_silu_times_enabled(bool on) { kernel_switch.set(on); }
-
-std::string describe_decode_silu_times() { return kernel_switch.describe(); }
 
 torch::Tensor decode_silu_times(const torch::Tensor& gate_up) {
   if (!applies(gate_up)) return {};
@@ -78,4 +67,4 @@ torch::Tensor decode_silu_times(const torch::Tensor& gate_up) {
 #endif
 }
 
-}  // namespace rayless
+}  // namespace rayless::ops::avx2

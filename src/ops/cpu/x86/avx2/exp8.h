@@ -1,11 +1,11 @@
 // e^x for 8 floats at a time with AVX2 and FMA, for the decode step's kernels (the softmax of
 // decode_attention.cpp and the silu of decode_silu_times.cpp). LibTorch's exp and silu took 1.5-3 ns
-// per float at decode sizes; this is a few instructions per 8. Private to src/model; callers carry
+// per float at decode sizes; this is a few instructions per 8. Private to src/ops; callers carry
 // target("avx2,fma") and run only where the CPU has both.
 //
 // Method (Cephes' expf): x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2, ln2 split in two parts
 // so that n ln2 is exact enough; e^r as 1 + r + r^2 p(r), p of degree 5 fitted on that interval; 2^n put
-// into the exponent bits. tests/model/test_avx2_exp.cpp checks 2 ulp against float64's exp; the largest
+// into the exponent bits. tests/ops/test_avx2_exp.cpp checks 2 ulp against float64's exp; the largest
 // error it met was 0.96 ulp over 378,832 points. x below -87.336 (e^x under the smallest normal float)
 // gives 0, -inf included; x above 88.376 gives +inf (float's own limit is 88.72: the values between are
 // not needed by softmax, whose arguments are <= 0, nor by silu, where 1 / (1 + e^-g) is 0 either way);
@@ -16,7 +16,7 @@
 #ifdef RAYLESS_X86_KERNELS
 #include <immintrin.h>
 
-namespace rayless::avx2 {
+namespace rayless::ops::avx2 {
 
 __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   const __m256 lowest = _mm256_set1_ps(-87.33654475f), highest = _mm256_set1_ps(88.37626266f);
@@ -44,5 +44,5 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(result, _mm256_set1_ps(__builtin_inff()), to_infinity);
 }
 
-}  // namespace rayless::avx2
+}  // namespace rayless::ops::avx2
 #endif

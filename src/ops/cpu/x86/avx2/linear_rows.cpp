@@ -1,15 +1,11 @@
-// float32 decode products with AVX2 and FMA; see include/rayless/model/avx2_linear.h. The kernel
-// carries its own target attribute, so the rest of the build needs no AVX2 flags; it runs only where
-// available() found the instructions.
-#include "ops/cpu/x86/avx2/linear_rows.h"
+// float32 decode products with AVX2 and FMA (avx2_linear); see avx2_kernels.h. The kernel carries its
+// own target attribute, so the rest of the build needs no AVX2 flags; it runs only where the plan found
+// the instructions.
+#include "avx2_kernels.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <vector>
 
 #include "rayless/base/cpu_features.h"
@@ -19,20 +15,11 @@
 #include <immintrin.h>
 #endif
 
-namespace rayless::avx2 {
+namespace rayless::ops::avx2 {
 
 namespace {
 constexpr int64_t kOutputsPerBlock = 16;  // two 8-float registers per row
 constexpr int kMaxGroupRows = 6;          // 6 rows x 2 registers of sums, 2 of weights, 1 of input
-std::atomic<bool> enabled{true};
-
-// Where oneDNN has AVX-512 kernels it keeps the products (measured no slower than a hand-written
-// AVX-512 kernel, docs/benchmarks.md, "AMX tiles for the decode step's products").
-bool kernel_usable() {
-  static const bool usable =
-      !switched_off_by_environment() && cpu_has_avx2() && cpu_has_fma() && !cpu_has_avx512f();
-  return usable;
-}
 
 int64_t blocks_of(int64_t out) { return (out + kOutputsPerBlock - 1) / kOutputsPerBlock; }
 
@@ -84,22 +71,6 @@ void multiply_group(int rows, const float* x, int64_t in, const float* block, co
 #endif
 }  // namespace
 
-bool switched_off_by_environment() {
-  const char* value = std::getenv("RAYLESS_AVX2");
-  return value && std::string(value) == "0";
-}
-
-bool available() { return kernel_usable() && enabled.load(); }
-
-void set_enabled(bool on) { enabled.store(on); }
-
-std::string describe() {
-  if (available()) return "AVX2 rows kernel (RAYLESS_AVX2=0 for oneDNN's)";
-  if (switched_off_by_environment()) return "oneDNN (RAYLESS_AVX2=0)";
-  if (cpu_has_avx512f()) return "oneDNN (AVX-512)";
-  return "oneDNN or MKL (no AVX2 with FMA)";
-}
-
 torch::Tensor pack(const std::vector<torch::Tensor>& parts) {
   runtimeCheck(!parts.empty(), "avx2::pack: no weight");
   const int64_t in = parts.front().dim() == 2 ? parts.front().size(1) : -1;
@@ -141,7 +112,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
                     (bias.numel() == out && bias.is_contiguous() && bias.scalar_type() == torch::kFloat32)),
                "avx2::linear: unexpected operands x ", x.sizes(), " ", x.scalar_type(), ", packed ", packed.numel(),
                ", out ", out);
-  runtimeCheck(kernel_usable(), "avx2::linear called where the CPU has no AVX2 with FMA (or has AVX-512)");
+  runtimeCheck(cpu_has_avx2() && cpu_has_fma(), "avx2::linear called where the CPU has no AVX2 with FMA");
   const int64_t rows = x.size(0), in = x.size(1);
   auto y = torch::empty({rows, out}, x.options());
   if (rows == 0) return y;
@@ -178,4 +149,4 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   return y;
 }
 
-}  // namespace rayless::avx2
+}  // namespace rayless::ops::avx2
