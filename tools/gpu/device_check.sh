@@ -120,7 +120,7 @@ else
   torch_dir=$(python3 -c 'import torch.utils, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
   # only what the steps below run: the whole tree takes minutes more on the device's cores
   step build env Torch_DIR="$torch_dir" RAYLESS_CUDA=ON RAYLESS_NO_APT=1 RAYLESS_BUILD_DIR=$build_dir \
-    RAYLESS_BUILD_TARGETS="rayless rayless-bench rayless-refcheck test-devices test-devices-mpi test-comm-mpi test-model test-sampler" \
+    RAYLESS_BUILD_TARGETS="rayless rayless-bench rayless-refcheck rayless-op-times test-devices test-devices-mpi test-comm-mpi test-model test-sampler" \
     ./tools/setup.sh
 fi
 step versions versions
@@ -190,17 +190,11 @@ step train-padded train_variant padded --set train.padding_free=false
 step train-autocast train_variant autocast --set model.dtype=float32 --set train.bf16=true
 
 # ---- 3. measurements ------------------------------------------------------------------------------
-# where one generation's host time goes, by ATen operator (tools/bench/experiments/op_times.cpp,
-# preloaded): 128 tokens for one prompt; on a GPU the operators that wait for it absorb its time
+# where one generation's host time goes, by ATen operator (tools/profile/op_times.cpp, preloaded):
+# 128 tokens for one prompt; on a GPU the operators that wait for it absorb its time
 profile_generation() {
-  local python=python3
-  [ $dry_run = 1 ] && python=.venv/bin/python
-  local torch_root
-  torch_root=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || return 1
-  g++ -O2 -std=c++17 -w -shared -fPIC -I"$torch_root/include" -I"$torch_root/include/torch/csrc/api/include" \
-    tools/bench/experiments/op_times.cpp -L"$torch_root/lib" -Wl,-rpath,"$torch_root/lib" -ltorch_cpu -lc10 \
-    -o "$WORK/libop_times.so" || return 1
-  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$WORK/libop_times.so timeout 180 "$build_dir/rayless" generate --model "$model_dir" \
+  [ -f "$build_dir/librayless-op-times.so" ] || cmake --build "$build_dir" --target rayless-op-times || return 1
+  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$build_dir/librayless-op-times.so timeout 180 "$build_dir/rayless" generate --model "$model_dir" \
     --tokenizer byte --prompt "The first GPU run of rayless" --max-new-tokens 128 --device "$device" --dtype "$dtype" \
     > /dev/null
 }

@@ -1,16 +1,13 @@
-// Experiment (docs/benchmarks.md, "Attention's backward in float32"): where a training step's time goes,
-// by ATen operator and autograd node. A library preloaded into rayless: it times every top-level ATen
-// call and every autograd node's evaluation (RecordFunction, inclusive of what they call), and on
-// SIGUSR2 prints the totals since the last print and starts again (rayless keeps SIGUSR1 for its
-// checkpoint-and-stop). Not part of the build.
+// Where a run's time goes, by ATen operator and autograd node: a library preloaded into rayless (or
+// rayless-bench) that times every top-level ATen call and every autograd node's evaluation
+// (RecordFunction, inclusive of what they call), and on SIGUSR2 prints the totals since the last print
+// and starts again (rayless keeps SIGUSR1 for its checkpoint-and-stop). Built as librayless-op-times.so
+// (CMake target rayless-op-times).
 //
-//   T=.venv/lib/python3.11/site-packages/torch
-//   g++ -O2 -std=c++17 -w -shared -fPIC -I$T/include -I$T/include/torch/csrc/api/include \
-//       tools/bench/experiments/op_times.cpp -L$T/lib -Wl,-rpath,$T/lib -ltorch_cpu -lc10 -o /tmp/libop_times.so
-//   LD_PRELOAD=/tmp/libop_times.so build/rayless train --config ... &   # then, between steps:
+//   LD_PRELOAD=build/librayless-op-times.so build/rayless train --config ... &   # then, between steps:
 //   kill -USR2 <pid>    # first: forget what came before; later: print the window to stderr
-//   OP_TIMES_AT_EXIT=1 LD_PRELOAD=... rayless generate ...   # or: print the whole run once, at exit
-//                                                            # (tools/gpu/device_check.sh's profile step)
+//   OP_TIMES_AT_EXIT=1 LD_PRELOAD=build/librayless-op-times.so build/rayless generate ...
+//                       # or: print the whole run once, at exit (tools/gpu/device_check.sh's profile step)
 #include <ATen/record_function.h>
 
 #include <algorithm>
