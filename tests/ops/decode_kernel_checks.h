@@ -6,7 +6,6 @@
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <functional>
 #include <vector>
 
 #include "rayless/model/model.h"
