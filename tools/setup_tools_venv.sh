@@ -2,7 +2,9 @@
 # Creates .venv-tools/ with TensorBoard, which tests/trainer/tensorboard_reader.py uses to check that
 # rayless's event files load in TensorBoard itself, and PEFT (with torch and transformers, pinned to the
 # versions tests/data/lora-golden was made with), which tests/trainer/lora_peft_roundtrip.py uses to
-# load rayless's LoRA adapters in PEFT. Idempotent. Always exits 0: without network the
+# load rayless's LoRA adapters in PEFT, and TRL (the version tools/gpu/fetch_wheels.sh carries to the
+# GPU machine), which the CPU dry run of the GPU side-by-side runs (tests/devices/compare_trl_dry_run.sh).
+# Idempotent. Always exits 0: without network the
 # install fails, and the tests that need it then skip (exit 77) rather than fail.
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,5 +40,15 @@ elif "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torc
   say "installed $("$venv/bin/python" -c "$peft_check")"
 else
   warn "pip install peft failed; the PEFT round-trip test will skip"
+fi
+
+# after PEFT, so that the transformers and torch pinned above stay
+trl_check='import trl, datasets; print("trl", trl.__version__, "datasets", datasets.__version__)'
+if "$venv/bin/python" -c "$trl_check" 2>/dev/null; then
+  say "$("$venv/bin/python" -c "$trl_check") already installed"
+elif "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "trl==1.16.0" "datasets==5.2.0"; then
+  say "installed $("$venv/bin/python" -c "$trl_check")"
+else
+  warn "pip install trl failed; the GPU side-by-side's dry run will check TRL's arguments only"
 fi
 exit 0

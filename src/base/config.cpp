@@ -87,17 +87,6 @@ std::string number_list_literal(const std::vector<T>& items) {
   return out.str();
 }
 
-// The shortest text that reads back as the same double (0.2, not 0.20000000000000001; 300.0, not
-// 3e+02): std::to_chars' shortest form, in plain notation unless the exponent form is shorter.
-std::string float_literal(double v) {
-  char fixed[64], general[64];
-  const auto fixed_end = std::to_chars(fixed, fixed + sizeof fixed, v, std::chars_format::fixed).ptr;
-  const auto general_end = std::to_chars(general, general + sizeof general, v).ptr;
-  std::string s = (fixed_end - fixed) < (general_end - general) + 3 ? std::string(fixed, fixed_end)
-                                                                      : std::string(general, general_end);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
 
 // Builders for the field table. Each takes an accessor returning a reference into Config.
 using IntRef = std::function<int64_t&(Config&)>;
@@ -321,8 +310,8 @@ void add_model_and_data_fields(std::vector<ConfigField>& f) {
   f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before a plain-text prompt when tokenizer.chat_template names a template (empty = none)"));
   // [data]
   f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line"));
-  f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt text"));
-  f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent)"));
+  f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt: text, or a list of chat messages [{role, content}] (TRL's conversational rows)"));
+  f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent; may name the prompt field itself)"));
   f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));
   f.push_back(bool_field("data.skip_invalid", REF(data.skip_invalid), "skip and count bad rows (checked at start: JSON, prompt, length under truncation = error, reward fields) instead of stopping with exit 2"));
   f.push_back(int_field("data.max_prompt_length", REF(data.max_prompt_length), 1, kNoMax, "longest prompt in tokens"));
@@ -460,8 +449,6 @@ const ConfigField* find_field(const std::string& name) {
   return nullptr;
 }
 
-const std::map<std::string, std::string>& trl_names();
-
 std::string suggestion(const std::string& key) {
   const std::string bare = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
   if (trl_names().count(bare)) return str(" (TRL's ", bare, " is ", trl_names().at(bare), " here)");
@@ -482,6 +469,16 @@ const std::vector<ConfigField>& config_fields() {
   return fields;
 }
 
+std::string float_literal(double v) {
+  char fixed[64], general[64];
+  const auto fixed_end = std::to_chars(fixed, fixed + sizeof fixed, v, std::chars_format::fixed).ptr;
+  const auto general_end = std::to_chars(general, general + sizeof general, v).ptr;
+  std::string s = (fixed_end - fixed) < (general_end - general) + 3 ? std::string(fixed, fixed_end)
+                                                                      : std::string(general, general_end);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
 std::string closest_config_key(const std::string& key) {
   std::string best;
   size_t best_distance = std::numeric_limits<size_t>::max();
@@ -497,16 +494,22 @@ std::string closest_config_key(const std::string& key) {
   return best_distance <= limit ? best : "";
 }
 
-namespace {
-
-// TRL's names that rayless spells differently (a TRL user's habit gets a pointer, not just "unknown")
+// Printed by `rayless config reference` into docs/config.md; docs/from-trl.md maps each name to its key
+// (tests cli-docs-match-code and cli-docs-from-trl).
 const std::map<std::string, std::string>& trl_names() {
   static const std::map<std::string, std::string> names = {
       {"eval_steps", "eval.steps"}, {"log_completions", "log.num_completions_to_print"},
       {"report_to", "log.tensorboard"}, {"eval_dataset", "eval.path"}, {"train_dataset", "data.path"},
-      {"model_name_or_path", "model.path"}, {"lr_scheduler_type", "optim.lr_scheduler_type"}};
+      {"model_name_or_path", "model.path"}, {"lr_scheduler_type", "optim.lr_scheduler_type"},
+      {"processing_class", "tokenizer.path"}, {"reward_funcs", "reward.functions"},
+      {"shuffle_dataset", "data.shuffle"}, {"save_total_limit", "checkpoint.keep_last"},
+      {"num_generations_eval", "eval.num_generations"}, {"use_cpu", "model.device"},
+      {"ddp_backend", "distributed.backend"}, {"ddp_timeout", "distributed.collective_timeout_s"},
+      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"}};
   return names;
 }
+
+namespace {
 
 bool valid_table_name(const std::string& name) {
   if (name.empty()) return false;
@@ -558,8 +561,10 @@ void set_named_reward_tables(Config& config, const std::string& kind, const toml
     const toml::table* table = table_node.as_table();
     inputCheck(table != nullptr, path, ":", table_node.source().begin.line, ": reward.", kind, ".", name.str(),
                " must be a table [reward.", kind, ".", name.str(), "]");
-    if (kind == "workers") config.reward.workers[std::string(name.str())];  // an empty table still names one
-    else config.reward.models[std::string(name.str())];
+    // an empty table still names one; its line is where errors about the table point
+    const std::string where = str(path, ":", table_node.source().begin.line, ": ");
+    if (kind == "workers") config.reward.workers[std::string(name.str())].where = where;
+    else config.reward.models[std::string(name.str())].where = where;
     for (const auto& [key, value] : *table)
       set_named_reward_key(config, str("reward.", kind, ".", name.str(), ".", key.str()), value,
                            str(path, ":", value.source().begin.line, ": "));
@@ -697,13 +702,13 @@ std::vector<CrossFieldRule> reward_rules() {
        [](const Config& c, int64_t) -> std::string {
          for (const auto& [name, w] : c.reward.workers) {
            if (!uses_reward(c, name.c_str()))
-             return str("[reward.workers.", name, "] is defined but reward.functions does not name \"", name, "\"");
-           if (w.command.empty()) return str("[reward.workers.", name, "] has no command");
+             return str(w.where, "[reward.workers.", name, "] is defined but reward.functions does not name \"", name, "\"");
+           if (w.command.empty()) return str(w.where, "[reward.workers.", name, "] has no command");
          }
          for (const auto& [name, m] : c.reward.models) {
            if (!uses_reward(c, name.c_str()))
-             return str("[reward.models.", name, "] is defined but reward.functions does not name \"", name, "\"");
-           if (m.path.empty()) return str("[reward.models.", name, "] has no path");
+             return str(m.where, "[reward.models.", name, "] is defined but reward.functions does not name \"", name, "\"");
+           if (m.path.empty()) return str(m.where, "[reward.models.", name, "] has no path");
          }
          return "";
        }},

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "rayless/base/config.h"
 #include "rayless/base/error.h"
 #include "rayless/hf/model_directory.h"
 #include "rayless/hf/peft_adapter.h"
@@ -19,12 +20,15 @@ namespace rayless::cli {
 int export_model(const Args& args) {
   po::options_description options("rayless export");
   std::string adapter_dir, base_dir, output_dir, dtype_name;
+  int64_t init_seed = ModelConfig().init_seed;
   options.add_options()
       ("merge", "merge the adapter into the base weights (W + scaling B A), as PEFT's merge_and_unload")
       ("adapter", po::value(&adapter_dir)->required(), "LoRA adapter directory (adapter_config.json + adapter_model.safetensors)")
       ("model", po::value(&base_dir)->default_value(""), "base model directory (default: the adapter's base_model_name_or_path)")
       ("output", po::value(&output_dir)->required(), "directory to write (must not exist)")
-      ("dtype", po::value(&dtype_name)->default_value("float32"), "float32 | bfloat16 | float64: the merge is computed and saved in it");
+      ("dtype", po::value(&dtype_name)->default_value("float32"), "float32 | bfloat16 | float64: the merge is computed and saved in it")
+      ("init-seed", po::value(&init_seed)->default_value(init_seed),
+       "initialises a base directory without weights: the run's model.init_seed");
   po::variables_map vm;
   if (!parse_options(args, "rayless export --merge --adapter DIR --output DIR [--model BASE]", options, vm)) return 0;
   inputCheck(vm.count("merge"), "export: say --merge (the only export there is: adapter merged into its base)");
@@ -40,7 +44,8 @@ int export_model(const Args& args) {
   inputCheck(dtype == ModelDtype::Float32 || dtype == ModelDtype::BFloat16 || dtype == ModelDtype::Float64,
              "export: --dtype float32, bfloat16 or float64 (float16 is for GPUs)");
 
-  CausalLM model = load_hf_model(base_dir, torch_dtype_of(dtype));
+  inputCheck(init_seed >= 0, "export: --init-seed ", init_seed, " is not allowed: expected an integer >= 0");
+  CausalLM model = load_hf_model(base_dir, torch_dtype_of(dtype), torch::kCPU, static_cast<uint64_t>(init_seed));
   load_lora_adapter(model, adapter_dir);
   merge_lora_adapters(model);
   // the base's tokenizer travels with the merged model when it has one

@@ -9,6 +9,8 @@
 
 #include "cli/options.h"
 #include "rayless/base/config.h"
+#include "rayless/base/failure_message.h"
+#include "rayless/base/log.h"
 #include "rayless/hf/model_directory.h"
 #include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
@@ -16,6 +18,8 @@
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/sampler/sampler.h"
 #include "rayless/hf/tokenizer.h"
+#include "rayless/runtime/available_memory.h"
+#include "rayless/trainer/resource_bounds.h"
 
 namespace rayless::cli {
 
@@ -35,8 +39,11 @@ GenerationConfig generation_from_flags(int64_t max_new_tokens, const std::string
                                          {"repetition-penalty", "generation.repetition_penalty", repetition_penalty}}) {
     try {
       apply_override(config, str(key, "=", value));
-    } catch (const InputError& e) {
-      throw InputError(str("generate: --", flag, " ", value, ": ", e.what()));
+    } catch (const InputError&) {  // the field's range, named by the flag (not as a --set of the key)
+      std::string allowed;
+      for (const ConfigField& field : config_fields())
+        if (field.name == key) allowed = field.allowed;
+      throw InputError(str("generate: --", flag, " ", value, " is not allowed: expected ", allowed, " (as ", key, ")"));
     }
   }
   return config.generation;
@@ -48,7 +55,7 @@ int generate(const Args& args) {
   po::options_description options("rayless generate");
   std::string model_dir, adapter_dir, prompt, dtype_name, device_name;
   TokenizerConfig tokenizer_config;
-  int64_t max_new_tokens = 32, seed = 0;
+  int64_t max_new_tokens = 32, seed = 0, init_seed = ModelConfig().init_seed;
   std::string temperature, top_k, top_p, min_p, repetition_penalty;  // checked by the config's table
   options.add_options()
       ("model", po::value(&model_dir)->default_value("configs/models/tiny"), "HF model directory")
@@ -65,7 +72,9 @@ int generate(const Args& args) {
       ("top-p", po::value(&top_p)->default_value("1"), "nucleus sampling mass in [0, 1], 1 = off (generation.top_p)")
       ("min-p", po::value(&min_p)->default_value("0"), "drop tokens below min_p x the top probability, 0 = off (generation.min_p)")
       ("repetition-penalty", po::value(&repetition_penalty)->default_value("1"), "HF repetition penalty, 1 = off (generation.repetition_penalty)")
-      ("seed", po::value(&seed)->default_value(0), "sampling seed (and init seed for a directory without weights)")
+      ("seed", po::value(&seed)->default_value(0), "sampling seed")
+      ("init-seed", po::value(&init_seed)->default_value(init_seed),
+       "initialises a model directory without weights, as model.init_seed does for train and export")
       ("dtype", po::value(&dtype_name)->default_value("float32"), "float32 | bfloat16 | float16 (GPU)")
       ("device", po::value(&device_name)->default_value("cpu"), "cpu | cuda")
       ("json", "print one JSON object: prompt ids, completion ids, text, per-token log-probs");
@@ -73,19 +82,26 @@ int generate(const Args& args) {
   if (!parse_options(args, "rayless generate --model DIR [--adapter DIR] --prompt TEXT [--max-new-tokens N] [--greedy] [--json]", options, vm))
     return 0;
   inputCheck(max_new_tokens >= 0, "generate: --max-new-tokens must be >= 0");
+  inputCheck(seed >= 0, "generate: --seed ", seed, " is not allowed: expected an integer >= 0");
+  inputCheck(init_seed >= 0, "generate: --init-seed ", init_seed, " is not allowed: expected an integer >= 0");
   const GenerationConfig generation = generation_from_flags(max_new_tokens, temperature, top_k, top_p, min_p,
                                                          repetition_penalty);
+  inputCheck(!vm.count("greedy") || vm["temperature"].defaulted() || generation.temperature == 0.0,
+             "generate: --greedy and --temperature ", temperature,
+             " contradict each other (--greedy is --temperature 0): pass one");
   inputCheck(device_name == "cpu" || device_name == "cuda", "generate: --device must be cpu or cuda");
   inputCheck(device_name == "cpu" || torch::cuda::is_available(), "generate: --device cuda but no CUDA device is available");
   const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
   const ModelDtype dtype = parse_choice<ModelDtype>(dtype_name, "--dtype");
   inputCheck(!(dtype == ModelDtype::Float16 && device.is_cpu()), "generate: --dtype float16 is for GPUs only (--device cuda)");
 
-  CausalLM model = load_hf_model(model_dir, torch_dtype_of(dtype), device, static_cast<uint64_t>(seed));
-  if (!adapter_dir.empty()) load_lora_adapter(model, adapter_dir);
+  // bounds before memory: the prompt is tokenized first, then the sequence is checked against the
+  // model (transformers' generate warns past max_position_embeddings and goes on; so does this) and
+  // its KV cache against the memory there is, before the weights are loaded
+  const ModelArchConfig arch = load_model_config(model_dir);
   auto tokenizer = load_tokenizer(tokenizer_config.path, model_dir);
-  inputCheck(tokenizer->vocab_size() <= model->config().vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
-             " tokens but the model's vocab_size is ", model->config().vocab_size);
+  inputCheck(tokenizer->vocab_size() <= arch.vocab_size, "generate: the tokenizer has ", tokenizer->vocab_size(),
+             " tokens but the model's vocab_size is ", arch.vocab_size);
 
   // the trainer's prompt path (tokenizer.chat_template semantics), so a sample here is one it would draw
   PromptRow row;
@@ -95,12 +111,25 @@ int generate(const Args& args) {
   const std::string& text = built.text;
   const std::vector<int64_t>& prompt_ids = built.ids;
   inputCheck(!prompt_ids.empty(), "generate: the prompt encodes to no tokens");
+  const int64_t positions = static_cast<int64_t>(prompt_ids.size()) + max_new_tokens;
+  check_memory_fits(generation_memory(arch, torch_dtype_of(dtype), 1, positions), available_memory(device, 1),
+                    "generate", "lower --max-new-tokens");
+  if (positions > position_limit(arch))
+    log_warn(str("generate: the prompt's ", prompt_ids.size(), " tokens + --max-new-tokens ", max_new_tokens, " = ",
+                 positions, " positions, more than the ", position_limit(arch), " the model is made for (", model_dir,
+                 "/config.json: max_position_embeddings ", arch.max_position_embeddings,
+                 "); past them the output may degrade (transformers warns the same and goes on)"));
+
+  const MemoryPhase loading("loading the model");
+  CausalLM model = load_hf_model(model_dir, torch_dtype_of(dtype), device, static_cast<uint64_t>(init_seed));
+  if (!adapter_dir.empty()) load_lora_adapter(model, adapter_dir);
 
   SamplingParams params = sampling_params_from_config(generation, *tokenizer);
   params.max_new_tokens = max_new_tokens;
   params.greedy = params.greedy || vm.count("greedy") > 0;
   params.return_logprobs = true;
   torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  const MemoryPhase generating(str("generating up to ", max_new_tokens, " tokens"));
   const GenerationOutput out = generate(model, {prompt_ids}, params, generator, tokenizer.get());
 
   std::vector<int64_t> completion;

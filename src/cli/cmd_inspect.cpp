@@ -289,6 +289,16 @@ int inspect(const Args& args) {
   inputCheck(histogram_of.empty() || histogram_of == "entropies", "inspect: --histogram knows only \"entropies\"");
   inputCheck(bins >= 1 && bins <= 1000, "inspect: --bins must be in [1, 1000]");
   inputCheck(quantile >= 0 && quantile <= 1, "inspect: --mark-quantile must be in [0, 1]");
+  inputCheck(!vm.count("step") || step >= 0, "inspect: --step ", step, " is not allowed: steps count from 0");
+  inputCheck(!vm.count("rank") || rank >= 0, "inspect: --rank ", rank, " is not allowed: ranks count from 0");
+  inputCheck(!vm.count("show") || show_count >= 1, "inspect: --show ", show_count,
+             " is not allowed: the number of completions to print, at least 1");
+  // one output per call: the flags of two are a contradiction, and an option of one without it a slip
+  const int outputs = (vm.count("show") ? 1 : 0) + (export_format.empty() ? 0 : 1) + (histogram_of.empty() ? 0 : 1);
+  inputCheck(outputs <= 1, "inspect: --show, --export and --histogram each print something else: pass one of them");
+  inputCheck(!vm.count("output") || !export_format.empty(), "inspect: --output is the file of --export: add --export jsonl|csv");
+  inputCheck(!vm.count("bins") || !histogram_of.empty(), "inspect: --bins is for --histogram entropies");
+  inputCheck(!vm.count("mark-quantile") || vm.count("show"), "inspect: --mark-quantile is for --show");
 
   std::vector<RolloutEntry> entries = list_rollouts(path);
   inputCheck(!entries.empty(), path, ": the store holds no steps yet");

@@ -1,12 +1,13 @@
 // rayless tokenize: the prompt text and token ids the trainer would feed the model for a plain-text
 // prompt (--text) or a conversation (--messages), through the same chat template and tokenizer code.
-// With --json, one object {"text": ..., "ids": [...]}, comparable with transformers' apply_chat_template.
+// With --json, one object {"text": ..., "ids": [...], "tokenizer_class": ...}, comparable with transformers' apply_chat_template.
 #include <iostream>
 #include <limits>
 
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/base/files.h"
+#include "rayless/base/log.h"
 #include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
@@ -50,6 +51,8 @@ int tokenize(const Args& args) {
   tokenizer_config.chat_template_kwargs = kwargs.dump();
 
   auto tokenizer = load_tokenizer(tokenizer_config.path, model_dir);
+  // a tokenizer.json that its class (as transformers loads it) overrides: say so, as the trainer does
+  if (const std::string note = tokenizer->class_change_note(); !note.empty()) log_warn(note);
   const PromptFormat format = prompt_format_from_config(tokenizer_config, model_dir);
   // the trainer's own path (build_prompt) for a dataset row holding this prompt or these messages
   PromptRow row;
@@ -73,7 +76,9 @@ int tokenize(const Args& args) {
     prompt = build_prompt(row, format, *tokenizer, std::numeric_limits<int64_t>::max(), PromptTruncation::Error, where);
   }
   if (vm.count("json")) {
-    std::cout << nlohmann::ordered_json{{"text", prompt.text}, {"ids", prompt.ids}}.dump() << std::endl;
+    nlohmann::ordered_json out{{"text", prompt.text}, {"ids", prompt.ids}};
+    if (!tokenizer->class_origin().empty()) out["tokenizer_class"] = tokenizer->class_origin();
+    std::cout << out.dump() << std::endl;
   } else {
     std::cout << prompt.text << "\n" << nlohmann::json(prompt.ids).dump() << std::endl;
   }

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "rayless/base/error.h"
+#include "rayless/base/failure_message.h"
 
 namespace rayless::cli {
 
@@ -30,7 +31,7 @@ inline int dispatch(const std::string& program, const std::vector<Command>& comm
     try {
       return c.run(args);
     } catch (const std::exception& e) {
-      print_error(e.what());
+      print_error(failure_message(e));
       return exit_code_for(e);
     }
   }

@@ -13,6 +13,7 @@
 #include "rayless/base/files.h"
 #include "rayless/base/hash.h"
 #include "rayless/hf/tokenizer.h"
+#include "rayless/hf/tokenizer_class.h"
 
 namespace rayless {
 namespace {
@@ -209,10 +210,13 @@ std::vector<std::pair<std::string, int64_t>> split_on_added(const std::string& t
 
 // ---- BPE ---------------------------------------------------------------------------------------
 
+// One pre-tokenizer: a Split (regex or literal), or ByteLevel (a prefix space on every piece that
+// lacks one, then GPT-2's regex when use_regex), applied to each piece the steps before it made.
 struct SplitStep {
   std::unique_ptr<Regex> regex;
-  std::string literal;      // a String pattern
-  bool remove = false;      // behavior Removed (else Isolated)
+  std::string literal;        // a String pattern
+  bool remove = false;        // behavior Removed (else Isolated)
+  bool prefix_space = false;  // ByteLevel's add_prefix_space
 };
 
 class BpeTokenizer : public Tokenizer {
@@ -238,9 +242,7 @@ class BpeTokenizer : public Tokenizer {
         ids.push_back(added_id);
         continue;
       }
-      std::string s = segment;
-      if (add_prefix_space_ && !s.empty() && s[0] != ' ') s = " " + s;
-      for (const std::string& piece : pre_tokenize(s)) {
+      for (const std::string& piece : pre_tokenize(segment)) {
         std::string mapped;
         for (unsigned char c : piece) mapped += byte_map().byte_to_char[c];
         for (int64_t id : bpe(mapped)) ids.push_back(id);
@@ -302,6 +304,13 @@ class BpeTokenizer : public Tokenizer {
   std::string kind() const override { return "bpe"; }
   std::string to_json() const override { return json_text_; }
 
+  std::string class_origin() const override { return pipeline_.origin(); }
+  std::string class_change_note() const override { return pipeline_.change_note(); }
+
+  void set_pipeline(TokenizerPipeline pipeline) {
+    pipeline_ = std::move(pipeline);
+    pipeline_.tokenizer_json.clear();  // json_text_ holds it
+  }
   void set_eos(std::vector<int64_t> eos) { eos_ = std::move(eos); }
   void set_pad(int64_t pad) { pad_ = pad; }
 
@@ -416,12 +425,10 @@ class BpeTokenizer : public Tokenizer {
       inputCheck(p.contains("pretokenizers") && p["pretokenizers"].is_array(), where, ": Sequence pre-tokenizer needs pretokenizers");
       for (const auto& q : p["pretokenizers"]) parse_pre_tokenizer(q, where);
     } else if (type == "ByteLevel") {
-      add_prefix_space_ = p.value("add_prefix_space", false);
-      if (p.value("use_regex", true)) {
-        SplitStep step;
-        step.regex = std::make_unique<Regex>(kGpt2Pattern, where);
-        splits_.push_back(std::move(step));
-      }
+      SplitStep step;
+      step.prefix_space = p.value("add_prefix_space", false);
+      if (p.value("use_regex", true)) step.regex = std::make_unique<Regex>(kGpt2Pattern, where);
+      if (step.regex || step.prefix_space) splits_.push_back(std::move(step));
     } else if (type == "Split") {
       inputCheck(p.contains("pattern") && p["pattern"].is_object(), where, ": Split pre-tokenizer needs a pattern");
       const std::string behavior = p.value("behavior", "Isolated");
@@ -443,10 +450,13 @@ class BpeTokenizer : public Tokenizer {
     std::vector<std::string> pieces{text};
     for (const auto& step : splits_) {
       std::vector<std::string> next;
-      for (const auto& piece : pieces) {
+      for (const auto& original : pieces) {
+        const std::string piece = step.prefix_space && !original.empty() && original[0] != ' ' ? " " + original : original;
         if (step.regex) {
           for (const auto& [b, e, is_match] : step.regex->split(piece))
             if (!(step.remove && is_match)) next.push_back(piece.substr(b, e - b));
+        } else if (step.literal.empty()) {
+          next.push_back(piece);  // ByteLevel without its regex
         } else {
           size_t pos = 0;
           for (size_t f = piece.find(step.literal); f != std::string::npos; f = piece.find(step.literal, pos)) {
@@ -510,13 +520,14 @@ class BpeTokenizer : public Tokenizer {
   }
 
   std::string text_hash_, json_text_;
+  TokenizerPipeline pipeline_{"TokenizersBackend", "a tokenizer.json alone", "", {}};
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> id_to_token_;
   std::unordered_map<std::string, int64_t> merge_rank_;
   std::vector<AddedToken> added_;
   std::unordered_map<int64_t, AddedToken> added_by_id_;
   std::vector<SplitStep> splits_;
-  bool add_prefix_space_ = false, ignore_merges_ = false;
+  bool ignore_merges_ = false;
   int64_t vocab_size_ = 0;
   std::vector<int64_t> eos_;
   int64_t pad_ = 0;
@@ -634,7 +645,12 @@ std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::fi
   const std::filesystem::path file = path.empty() ? model_dir / "tokenizer.json" : std::filesystem::path(path);
   inputCheck(std::filesystem::exists(file), file.string(), ": tokenizer file not found",
              path.empty() ? " (set tokenizer.path, or \"byte\" for the byte-level tokenizer)" : "");
-  auto tokenizer = std::static_pointer_cast<BpeTokenizer>(parse_bpe_tokenizer(read_text_file(file), file.string()));
+  // the class transformers loads for the tokenizer's directory decides the pipeline (tokenizer_class.h)
+  const std::filesystem::path tokenizer_dir =
+      path.empty() ? model_dir : (file.has_parent_path() ? file.parent_path() : std::filesystem::path("."));
+  TokenizerPipeline pipeline = resolve_tokenizer_pipeline(read_text_file(file), file.string(), tokenizer_dir);
+  auto tokenizer = std::static_pointer_cast<BpeTokenizer>(parse_bpe_tokenizer(pipeline.tokenizer_json, file.string()));
+  tokenizer->set_pipeline(std::move(pipeline));
   if (!model_dir.empty()) {
     // eos: generation_config.json, then config.json; pad: tokenizer_config.json's pad_token
     std::vector<int64_t> eos;

@@ -86,16 +86,29 @@ PromptShard shard_prompts(const ShardSpec& spec, int rank, ShardCursor cursor) {
   return shard;
 }
 
-ShardCursor cursor_at_step(const ShardSpec& spec, int64_t step) {
+ShardCursor advance_cursor(const ShardSpec& spec, ShardCursor from, int64_t steps) {
   check_spec(spec);
-  inputCheck(step >= 0, "sharding: negative step ", step);
+  inputCheck(steps >= 0, "sharding: negative step count ", steps);
+  inputCheck(from.epoch >= 0 && from.offset >= 0 && from.offset <= spec.num_prompts, "sharding: invalid cursor (epoch ",
+             from.epoch, ", offset ", from.offset, ") for ", spec.num_prompts, " prompts");
+  if (steps == 0) return from;
   const int64_t global = spec.prompts_per_rank * spec.world_size;
-  if (spec.drop_incomplete) {
-    const int64_t per_epoch = spec.num_prompts / global;
-    return {step / per_epoch, (step % per_epoch) * global};
+  if (!spec.drop_incomplete) {  // one stream of prompts across epochs
+    const int64_t consumed = from.epoch * spec.num_prompts + from.offset + steps * global;
+    return {consumed / spec.num_prompts, consumed % spec.num_prompts};
   }
-  const int64_t consumed = step * global;
-  return normalise(spec, {consumed / spec.num_prompts, consumed % spec.num_prompts});
+  // the batches that still fit in this epoch, then whole epochs; the result is where the last batch
+  // ended, so that the next batch (perhaps a smaller one, after a resume) may still use the tail
+  const ShardCursor start = normalise(spec, from);
+  const int64_t left_in_epoch = (spec.num_prompts - start.offset) / global;
+  if (steps <= left_in_epoch) return {start.epoch, start.offset + steps * global};
+  const int64_t per_epoch = spec.num_prompts / global, later = steps - left_in_epoch - 1;
+  return {start.epoch + 1 + later / per_epoch, (later % per_epoch + 1) * global};
+}
+
+ShardCursor cursor_at_step(const ShardSpec& spec, int64_t step) {
+  inputCheck(step >= 0, "sharding: negative step ", step);
+  return normalise(spec, advance_cursor(spec, {}, step));
 }
 
 }  // namespace rayless

@@ -51,26 +51,29 @@ RewardModel::RewardModel(std::string name, const fs::path& dir, const std::strin
   chat_template_ = ChatTemplate::resolve("auto", tokenizer_dir_);
 }
 
-void RewardModel::set_conversation_format(std::string messages_field, const std::string& chat_template,
-                                          nlohmann::ordered_json kwargs) {
+void RewardModel::set_conversation_format(std::string prompt_field, std::string messages_field,
+                                          const std::string& chat_template, nlohmann::ordered_json kwargs) {
+  prompt_field_ = std::move(prompt_field);
   messages_field_ = std::move(messages_field);
   chat_template_ = ChatTemplate::resolve(chat_template, tokenizer_dir_);
   kwargs_ = std::move(kwargs);
 }
 
-bool RewardModel::conversational(const nlohmann::json& row) const {
-  return row.is_object() && row.contains(messages_field_) && row[messages_field_].is_array();
+const nlohmann::json* RewardModel::messages_of(const nlohmann::json& row) const {
+  if (!row.is_object()) return nullptr;
+  if (row.contains(prompt_field_)) return row[prompt_field_].is_array() ? &row[prompt_field_] : nullptr;
+  return row.contains(messages_field_) && row[messages_field_].is_array() ? &row[messages_field_] : nullptr;
 }
 
 std::string RewardModel::check_row(const nlohmann::json& row) const {
-  if (!conversational(row) || !chat_template_.is_none()) return "";
+  if (!messages_of(row) || !chat_template_.is_none()) return "";
   return str("reward model ", name_, " scores conversations through its own chat template, and ",
              tokenizer_dir_.string(), " has none (set [reward.models.", name_, "] chat_template)");
 }
 
 // TRL: apply_chat_template({"messages": prompt + [assistant completion]}, reward tokenizer)["text"]
 std::string RewardModel::conversation_text(const nlohmann::json& row, const std::string& completion) const {
-  nlohmann::ordered_json messages(row[messages_field_]);
+  nlohmann::ordered_json messages(*messages_of(row));
   messages.push_back({{"role", "assistant"}, {"content", completion}});
   try {
     return chat_template_.render(messages, false, kwargs_);
@@ -84,7 +87,7 @@ std::vector<double> RewardModel::score(const std::vector<std::string>& prompts, 
   std::vector<std::string> texts;
   texts.reserve(completions.size());
   for (size_t i = 0; i < completions.size(); ++i)
-    texts.push_back(i < rows.size() && conversational(rows[i]) ? conversation_text(rows[i], completions[i])
+    texts.push_back(i < rows.size() && messages_of(rows[i]) ? conversation_text(rows[i], completions[i])
                                                                : prompts[i] + completions[i]);
   return score_texts(texts);
 }

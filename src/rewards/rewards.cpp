@@ -263,7 +263,7 @@ RewardSet::RewardSet(const Config& config, int rank, torch::Device device, torch
       const RewardModelConfig& m = r.models.at(name);
       auto model = std::make_unique<RewardModel>(name, m.path, m.tokenizer, m.batch_size, device,
                                                  dtype == torch::kFloat64 ? torch::kFloat64 : dtype);
-      model->set_conversation_format(config.data.messages_field, m.chat_template,
+      model->set_conversation_format(config.data.prompt_field, config.data.messages_field, m.chat_template,
                                      nlohmann::ordered_json::parse(config.tokenizer.chat_template_kwargs));
       functions_.push_back(std::move(model));
     }

@@ -15,6 +15,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
+#include "rayless/base/failure_message.h"
 #include "rayless/base/log.h"
 #include "rayless/runtime/crash_report.h"
 #include "rayless/runtime/watchdog.h"
@@ -125,7 +126,7 @@ int run_spmd(Runtime& runtime, const std::function<int()>& fn, double grace_s) {
   try {
     outcome.code = fn();
   } catch (const std::exception& e) {
-    outcome = {exit_code_for(e), e.what(), true};
+    outcome = {exit_code_for(e), failure_message(e), true};
   } catch (...) {
     outcome = {kExitRuntime, "unknown exception", true};
   }

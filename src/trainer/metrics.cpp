@@ -1,5 +1,6 @@
 #include "rayless/trainer/metrics.h"
 
+#include <c10/core/CachingDeviceAllocator.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -94,6 +95,13 @@ int64_t peak_rss_bytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   }
   return 0;
+}
+
+std::optional<DeviceMemoryPeaks> device_memory_peaks(const c10::Device& device) {
+  if (device.is_cpu()) return std::nullopt;
+  const auto stats = c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
+  constexpr auto all_pools = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return DeviceMemoryPeaks{stats.allocated_bytes[all_pools].peak, stats.reserved_bytes[all_pools].peak};
 }
 
 }  // namespace rayless

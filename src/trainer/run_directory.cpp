@@ -1,6 +1,8 @@
 #include "rayless/trainer/run_directory.h"
 
+#include <cctype>
 #include <ctime>
+#include <fstream>
 
 #include "rayless/base/error.h"
 #include "rayless/base/log.h"
@@ -15,6 +17,14 @@ namespace {
 bool has_entries(const fs::path& dir) {
   std::error_code error;
   return fs::is_directory(dir, error) && fs::directory_iterator(dir, error) != fs::directory_iterator();
+}
+
+bool holds_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char c;
+  while (in.get(c))
+    if (!std::isspace(static_cast<unsigned char>(c))) return true;
+  return false;
 }
 
 std::string utc_stamp() {
@@ -74,7 +84,8 @@ std::string run_traces(const fs::path& dir) {
   std::string out;
   auto add = [&](const std::string& what) { out += (out.empty() ? "" : ", ") + what; };
   std::error_code error;
-  if (fs::exists(dir / "metrics.jsonl", error)) add("metrics.jsonl");
+  // a metrics.jsonl without a record is a run that failed in its first step: nothing to keep apart
+  if (fs::exists(dir / "metrics.jsonl", error) && holds_text(dir / "metrics.jsonl")) add("metrics.jsonl");
   if (has_entries(dir / "checkpoints")) add("checkpoints/");
   if (has_entries(dir / "rollouts")) add("rollouts/");
   return out;

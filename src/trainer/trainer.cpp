@@ -8,6 +8,7 @@
 
 #include "rayless/ops/kernel_plan.h"
 #include "rayless/base/cpu_features.h"
+#include "rayless/base/failure_message.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
@@ -21,12 +22,14 @@
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/rollout/replay.h"
 #include "rayless/rollout/rollout_store.h"
+#include "rayless/runtime/available_memory.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/runtime/signals.h"
 #include "rayless/runtime/watchdog.h"
 #include "rayless/trainer/checkpoint.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/optimizer.h"
+#include "rayless/trainer/resource_bounds.h"
 #include "rayless/trainer/run_directory.h"
 #include "rayless/trainer/step_metrics.h"
 #include "rayless/trainer/tensorboard.h"
@@ -61,6 +64,14 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   inputCheck(!(cfg_.model.dtype == ModelDtype::Float16 && device_.is_cpu()),
              "model.dtype = \"float16\" is for GPUs only, and this run's device is the CPU (model.device = \"",
              choice_name(cfg_.model.device), "\" found no CUDA device): use \"bfloat16\" or \"float32\"");
+  // bounds before memory: the positions the model is made for, and a lower bound of what this rank
+  // will hold against what it has, before anything is loaded or written
+  const ModelArchConfig arch = load_model_config(cfg_.model.path);
+  check_training_positions(cfg_, arch, cfg_.model.path);
+  check_memory_fits(training_memory(cfg_, arch, runtime_.size()), available_memory(device_, runtime_.local_size()),
+                    "each rank of this run",
+                    "lower generation.max_completion_length, data.max_prompt_length or "
+                    "train.per_device_train_batch_size, or run fewer ranks per node (docs/models.md, Lengths and memory)");
   comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
   torch::manual_seed(cfg_.train.seed);
   // how bfloat16 products run on the CPU (train.bf16_products), for every pass of this run
@@ -84,7 +95,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                        cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
   if (!cfg_.eval.path.empty()) {
-    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field, cfg_.data.skip_invalid);
+    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field,
+                                        cfg_.data.skip_invalid, "eval.path");
     check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
                          cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
     if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
@@ -99,6 +111,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
 
   const torch::Dtype dtype = torch_dtype_of(cfg_.model.dtype);
   logp_dtype_ = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const MemoryPhase loading("loading the model");
   policy_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
   policy_->set_gradient_checkpointing(cfg_.train.gradient_checkpointing);
   std::string lora_note;
@@ -123,9 +136,10 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters", lora_note, "), ",
-               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), chat template ",
-               prompt_format_.chat_template.source(), ", output ",
-               output_dir_.string()));
+               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), tokenizer ",
+               tokenizer_->class_origin().empty() ? tokenizer_->kind() : tokenizer_->class_origin(), ", chat template ",
+               prompt_format_.chat_template.source(), ", output ", output_dir_.string()));
+  if (const std::string note = tokenizer_->class_change_note(); !note.empty()) log_warn(note);
   // which kernel each op runs on this machine, as `rayless version` prints it (docs/kernels.md)
   std::string kernels = "kernel plan:";
   for (const std::string& entry : ops::kernel_plan().describe()) kernels += "\n  " + entry;
@@ -175,12 +189,13 @@ int Trainer::run() {
   if (resume_from) restore(*resume_from);
   data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
   if (runtime_.rank() == 0) {
-    write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
+    // the run's first config; a resumed segment's is recorded with its first step (config_history.h)
+    if (!resume_from) write_text_atomically(output_dir_ / "config.resolved.toml", config_to_toml(cfg_));
     metrics_log_ = std::make_unique<MetricsLog>(output_dir_ / "metrics.jsonl", resume_from ? optimizer_step_ : -1);
     if (cfg_.log.tensorboard) tensorboard_ = std::make_unique<TensorBoardWriter>(output_dir_ / "tensorboard");
   }
 
-  const int64_t total_micro_steps = cfg_.train.max_steps * cfg_.train.gradient_accumulation_steps;
+  const int64_t total_micro_steps = last_micro_step();
   run_start_ = step_start_ = Clock::now();
   first_step_ = optimizer_step_;
   Generation generation;
@@ -188,11 +203,12 @@ int Trainer::run() {
   std::vector<StepMetrics> micro_metrics, generation_metrics;
   while (micro_step_ < total_micro_steps) {
     set_watchdog_step(optimizer_step_);
-    const int64_t generation_step = micro_step_ / micro_steps_per_cycle_;
-    const int64_t position_in_cycle = micro_step_ % micro_steps_per_cycle_;
+    const int64_t generation_step = this->generation_step();
+    const int64_t position_in_cycle = this->position_in_cycle();
 
     // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one.
     if (!have_generation || generation.rows.generation_step != generation_step) {
+      const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"));
       const auto start = Clock::now();
       generation = position_in_cycle == 0 ? generate_and_score(generation_step) : reload_generation(generation_step);
       generation_seconds_ += seconds_since(start);
@@ -201,17 +217,20 @@ int Trainer::run() {
     }
 
     // 2. One micro-step: log-probs, loss, backward (gradients accumulate locally).
+    const MemoryPhase training(str("training micro-step ", micro_step_ + 1));
     const auto start = Clock::now();
     micro_metrics.push_back(train_micro_batch(generation, position_in_cycle % steps_per_generation_));
     ++micro_step_;
     train_seconds_ += seconds_since(start);
 
     // 3. Every gradient_accumulation_steps micro-steps: allreduce, clip, AdamW, log, sync, checkpoint.
-    if (micro_step_ % cfg_.train.gradient_accumulation_steps == 0) {
+    if (at_optimizer_boundary()) {
+      const MemoryPhase stepping(str("optimizer step ", optimizer_step_ + 1, " (AdamW, evaluation, checkpoint)"));
       StepMetrics m = finish_optimizer_step(micro_metrics, generation_metrics);
       if (eval_due())
         for (const auto& [k, v] : evaluate()) m[k] = v;
       if (runtime_.rank() == 0) {
+        if (resume_from && optimizer_step_ == first_step_ + 1) record_segment_config(*resume_from);
         metrics_log_->write(optimizer_step_, m);
         if (tensorboard_) tensorboard_->add_scalars(optimizer_step_, m);
       }
@@ -226,8 +245,12 @@ int Trainer::run() {
     if (micro_step_ < total_micro_steps && stop_for_signal()) return kExitCheckpointedOnSignal;
   }
   save(true);
+  std::string gpu_memory;
+  if (const auto gpu = device_memory_peaks(device_))
+    gpu_memory = str("; peak GPU memory (this rank's caching allocator) ", gpu->allocated_bytes / (1024 * 1024),
+                     " MiB allocated, ", gpu->reserved_bytes / (1024 * 1024), " MiB reserved");
   log_info(str("rayless train: done, ", optimizer_step_, " steps; checkpoint in ",
-               (output_dir_ / "checkpoints" / "latest").string()));
+               (output_dir_ / "checkpoints" / "latest").string(), gpu_memory));
   return kExitOk;
 }
 
@@ -278,7 +301,7 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
   const float threshold =
       global_entropy_threshold(*comm_, active, cfg_.grpo.top_entropy_quantile, cfg_.grpo.entropy_threshold_method).value;
   metrics["entropy_threshold"] = threshold;
-  if (micro_step_ % micro_steps_per_cycle_ == 0)
+  if (position_in_cycle() == 0)
     set_rollout_attribute((output_dir_ / "rollouts").string(), generation_step, runtime_.rank(), "entropy_threshold",
                           threshold);
   return entropy_mask(entropies, mask, threshold);
@@ -317,6 +340,11 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
   m["time/optimizer"] = optimizer_seconds_;
   m["tokens_per_second"] = m.count("completions/total_tokens") ? m["completions/total_tokens"] / std::max(step_time, 1e-9) : NAN;
   m["memory/peak_rss_mb"] = global_max(*comm_, static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0));
+  // every rank has the same kind of device, so all or none of them join these collectives
+  if (const auto gpu = device_memory_peaks(device_)) {
+    m["memory/gpu_peak_allocated_mb"] = global_max(*comm_, static_cast<double>(gpu->allocated_bytes) / (1024.0 * 1024.0));
+    m["memory/gpu_peak_reserved_mb"] = global_max(*comm_, static_cast<double>(gpu->reserved_bytes) / (1024.0 * 1024.0));
+  }
   // what the rank holds for training (the largest over ranks; exact tensor bytes)
   const OptimizerMemory held = optimizer_->memory();
   int64_t weight_bytes = 0;  // frozen base weights too
@@ -375,10 +403,28 @@ bool Trainer::stop_for_signal() {
   if (signal_number == 0) return false;
   log_info(str("rayless train: ", signal_name(signal_number), " received: checkpointing at micro-step ", micro_step_,
                " (a second SIGTERM or SIGINT stops at once, without a checkpoint)"));
-  save(micro_step_ % cfg_.train.gradient_accumulation_steps == 0);
+  save(at_optimizer_boundary());
   log_info(str("rayless train: stopped by signal after step ", optimizer_step_, " (micro-step ", micro_step_,
                "); resume with --resume auto"));
   return true;
+}
+
+int64_t Trainer::generation_step() const {
+  return segment_.generation_step + (micro_step_ - segment_.micro_step) / micro_steps_per_cycle_;
+}
+
+int64_t Trainer::position_in_cycle() const { return (micro_step_ - segment_.micro_step) % micro_steps_per_cycle_; }
+
+bool Trainer::at_optimizer_boundary() const {
+  return (micro_step_ - segment_.micro_step) % cfg_.train.gradient_accumulation_steps == 0;
+}
+
+int64_t Trainer::last_micro_step() const {
+  return segment_.micro_step + (cfg_.train.max_steps - segment_.optimizer_step) * cfg_.train.gradient_accumulation_steps;
+}
+
+ShardCursor Trainer::data_cursor(int64_t generation_step) const {
+  return advance_cursor(shard_spec_, segment_.data_cursor, generation_step - segment_.generation_step);
 }
 
 int run_training(Runtime& runtime, const TrainOptions& options) {

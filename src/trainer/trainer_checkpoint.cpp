@@ -13,6 +13,7 @@
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/trainer/checkpoint.h"
+#include "rayless/trainer/config_history.h"
 #include "rayless/trainer/optimizer.h"
 #include "rayless/trainer/trainer.h"
 #include "rayless/trainer/torch_file.h"
@@ -27,6 +28,28 @@ void copy_parameters(const std::vector<torch::Tensor>& from, std::vector<torch::
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
 }
+
+// The checkpoint's weights into the model this config builds, tensor by tensor by name: a checkpoint
+// of another architecture is one line naming the tensor, both shapes and both models.
+void copy_checkpoint_parameters(const torch::nn::Module& saved, torch::nn::Module& model, const fs::path& checkpoint,
+                                const std::string& model_path) {
+  const auto from = saved.named_parameters(), to = model.named_parameters();
+  const std::string ours = str("model.path = ", model_path, " (the model this config trains)");
+  const std::string theirs = (checkpoint / "model.safetensors").string();
+  for (const auto& item : to) {
+    const torch::Tensor* found = from.find(item.key());
+    inputCheck(found != nullptr, "--resume: tensor ", item.key(), " of ", ours, " is not in ", theirs,
+               ": the checkpoint is of another architecture");
+    inputCheck(found->sizes() == item.value().sizes(), "--resume: tensor ", item.key(), " has shape ", found->sizes(),
+               " in ", theirs, " but ", item.value().sizes(), " in ", ours,
+               ": the checkpoint is of another model; resume with the model.path the run started with");
+  }
+  for (const auto& item : from)
+    inputCheck(to.find(item.key()) != nullptr, "--resume: tensor ", item.key(), " of ", theirs, " is not in ", ours,
+               ": the checkpoint is of another architecture");
+  torch::NoGradGuard no_grad;
+  for (auto& item : to) item.value().copy_(*from.find(item.key()));
+}
 }  // namespace
 
 void Trainer::save(bool at_optimizer_boundary) {
@@ -40,14 +63,15 @@ void Trainer::save(bool at_optimizer_boundary) {
   state.seed = cfg_.train.seed;
   state.config_hash = config_hash_;
   state.tokenizer_hash = tokenizer_->hash();
-  state.generation_step = micro_step_ / micro_steps_per_cycle_;
-  state.data_cursor = cursor_at_step(shard_spec_, state.generation_step);
-  state.iteration = (micro_step_ % micro_steps_per_cycle_) / steps_per_generation_;
-  state.micro_batch = micro_step_ % steps_per_generation_;
+  state.generation_step = generation_step();
+  state.data_cursor = data_cursor(state.generation_step);
+  state.iteration = position_in_cycle() / steps_per_generation_;
+  state.micro_batch = position_in_cycle() % steps_per_generation_;
+  state.num_prompts = shard_spec_.num_prompts;
+  state.segment = segment_;
   RankState rank_state{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage()};
   // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
-  if (micro_step_ % micro_steps_per_cycle_ != 0)
-    rank_state.generation_file_hash = generation_file_hash(state.generation_step);
+  if (position_in_cycle() != 0) rank_state.generation_file_hash = generation_file_hash(state.generation_step);
 
   optimizer_->collect_state();  // collective: ZeRO gathers the AdamW moments to rank 0
   auto fill_rank0 = [&](const fs::path& dir) {
@@ -56,6 +80,7 @@ void Trainer::save(bool at_optimizer_boundary) {
     else
       write_hf_files(policy_, tokenizer_.get(), dir);
     optimizer_->write_state(dir / "optimizer.pt");
+    write_text_atomically(dir / "config.resolved.toml", config_to_toml(cfg_));  // what a resume compares with
     if (cfg_.grpo.sync_ref_model) save_torch_file(reference_->parameters(), dir / "reference.pt");
     write_text_atomically(dir / "trainer_state.json", state.to_json().dump(2) + "\n");
   };
@@ -71,6 +96,42 @@ void Trainer::save(bool at_optimizer_boundary) {
   log_info(str("checkpoint: ", path.string()));
 }
 
+// The checkpoint's config (config_history.h) against this run's: changes that alter the run are refused
+// unless allowed; strict (mid-cycle or mid-accumulation) allows none of them.
+void Trainer::check_config_against(const fs::path& checkpoint, const TrainerState& state, bool strict) const {
+  const fs::path record = checkpoint / "config.resolved.toml";
+  if (!fs::exists(record)) {  // a checkpoint from before config records: the hash of what shapes a generation
+    inputCheck(!strict || state.config_hash == config_hash_, checkpoint.string(),
+               " was written under another config (config_hash ", state.config_hash, " vs ", config_hash_,
+               ") in the middle of a generation cycle");
+    log_warn(str("--resume: ", checkpoint.string(), " has no config.resolved.toml (an older rayless): its settings are not compared with this config"));
+    return;
+  }
+  const std::vector<ConfigChange> changes = config_changes(read_text_file(record), config_to_toml(cfg_), record.string());
+  check_resume_changes(changes, options_.allow_config_changes, strict, checkpoint.string());
+  const bool data_may_change =
+      !strict && std::count(options_.allow_config_changes.begin(), options_.allow_config_changes.end(), "data.path") > 0;
+  inputCheck(state.num_prompts == 0 || state.num_prompts == shard_spec_.num_prompts || data_may_change, "--resume ",
+             checkpoint.string(), ": data.path = ", cfg_.data.path, " now holds ", shard_spec_.num_prompts,
+             " prompts, the run drew from ", state.num_prompts,
+             ": the file changed; resume with the run's file, or pass --allow-config-change data.path");
+  std::string changed;
+  for (const ConfigChange& c : changes) changed += str(changed.empty() ? "" : ", ", c.key, " ", c.before, " -> ", c.now);
+  if (!changed.empty()) log_info(str("resume: settings changed since the checkpoint: ", changed));
+  for (const std::string& key : options_.allow_config_changes)
+    if (std::none_of(changes.begin(), changes.end(), [&](const ConfigChange& c) { return c.key == key; }) && key != "data.path")
+      log_warn(str("--allow-config-change ", key, ": the key has the checkpoint's value"));
+}
+
+// Rank 0, at the first step after a resume: this segment's config beside the run's first
+// (config.resolved.toml). A resume that fails before it trains a step leaves no record.
+void Trainer::record_segment_config(const fs::path& resumed_from) const {
+  const std::string header = str("# rayless: the config of this run from optimizer step ", first_step_,
+                                 " on, resumed from ", resumed_from.string(), " at ", runtime_.size(),
+                                 " rank(s); config.resolved.toml is the config the run started with\n");
+  write_text_atomically(output_dir_ / segment_config_name(first_step_), header + config_to_toml(cfg_));
+}
+
 std::string Trainer::generation_file_hash(int64_t generation_step) const {
   const std::string path = step_file_path((output_dir_ / "rollouts").string(), runtime_.rank(), generation_step);
   if (!fs::exists(path)) return "";
@@ -81,17 +142,27 @@ std::string Trainer::generation_file_hash(int64_t generation_step) const {
 void Trainer::restore(const fs::path& checkpoint) {
   const fs::path state_file = checkpoint / "trainer_state.json";
   const TrainerState state = TrainerState::from_json(nlohmann::json::parse(read_text_file(state_file)), state_file.string());
-  const bool mid_cycle = state.micro_step % micro_steps_per_cycle_ != 0;
-  const bool mid_accumulation = state.micro_step % cfg_.train.gradient_accumulation_steps != 0;
-  state.check_resumable(checkpoint.string(), runtime_.size(), config_hash_, mid_cycle, mid_accumulation,
-                        cfg_.train.max_steps * cfg_.train.gradient_accumulation_steps, cfg_.train.max_steps);
-  optimizer_step_ = state.optimizer_step;
-  micro_step_ = state.micro_step;
-  num_tokens_ = state.num_tokens;
+  // rank 0's file says whether gradients were accumulated (every rank's says the same)
+  const fs::path rank0_file = checkpoint / "rank-0.json";
+  const bool mid_accumulation =
+      fs::exists(rank0_file) && RankState::from_json(nlohmann::json::parse(read_text_file(rank0_file))).has_accumulated_gradients;
+  const bool mid_cycle = state.mid_cycle();
+  state.check_resumable(checkpoint.string(), runtime_.size(), mid_accumulation, cfg_.train.max_steps);
   const bool saved_lora = is_lora_adapter_directory(checkpoint);
   inputCheck(saved_lora == cfg_.lora.enabled, checkpoint.string(),
              saved_lora ? " holds a LoRA adapter (adapter_config.json), not a whole model: resume it with lora.enabled = true"
                         : " holds a whole model, not a LoRA adapter: resume it with lora.enabled = false");
+  check_config_against(checkpoint, state, mid_cycle || mid_accumulation);
+  optimizer_step_ = state.optimizer_step;
+  micro_step_ = state.micro_step;
+  num_tokens_ = state.num_tokens;
+  // between boundaries nothing may have changed, so the saved segment's counting goes on; at a cycle
+  // and optimizer-step boundary a new segment begins here, with this run's geometry
+  segment_ = mid_cycle || mid_accumulation
+                 ? state.segment
+                 : SegmentStart{state.micro_step, state.optimizer_step, state.generation_step, state.data_cursor};
+  if (segment_.data_cursor.offset > shard_spec_.num_prompts)  // a dataset changed on purpose: its next epoch
+    segment_.data_cursor = {segment_.data_cursor.epoch + 1, 0};
   if (saved_lora) {
     const LoraSettings saved = read_lora_config(checkpoint), now = lora_settings();
     inputCheck(saved.r == now.r && saved.alpha == now.alpha && saved.use_rslora == now.use_rslora,
@@ -100,7 +171,7 @@ void Trainer::restore(const fs::path& checkpoint) {
                ", lora.alpha = ", now.alpha, ", lora.use_rslora = ", now.use_rslora ? "true" : "false");
     load_lora_adapter(policy_, checkpoint);  // the base is model.path, loaded at start
   } else {
-    copy_parameters(load_hf_model(checkpoint, policy_->dtype(), device_)->parameters(), policy_->parameters());
+    copy_checkpoint_parameters(*load_hf_model(checkpoint, policy_->dtype(), device_), *policy_, checkpoint, cfg_.model.path);
   }
   optimizer_->load_state(checkpoint / "optimizer.pt");
   if (cfg_.grpo.sync_ref_model && fs::exists(checkpoint / "reference.pt")) {

@@ -70,7 +70,7 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
   const int rank = runtime_.rank();
   const int64_t G = cfg_.grpo.num_generations;
   const int64_t N = cfg_.train.per_device_train_batch_size * steps_per_generation_;
-  const PromptShard shard = shard_prompts(shard_spec_, 0, cursor_at_step(shard_spec_, generation_step));
+  const PromptShard shard = shard_prompts(shard_spec_, 0, data_cursor(generation_step));
   Drawn drawn;
   std::vector<std::vector<int64_t>> unique_prompts;  // one per group present on this rank
   for (int64_t i = rank * N; i < (rank + 1) * N; ++i) {

@@ -16,6 +16,11 @@ nlohmann::json TrainerState::to_json() const {
   j["data_cursor"] = {{"epoch", data_cursor.epoch}, {"offset", data_cursor.offset}};
   j["generation_step"] = generation_step;
   j["position_in_cycle"] = {{"iteration", iteration}, {"micro_batch", micro_batch}};
+  j["num_prompts"] = num_prompts;
+  j["segment_start"] = {{"micro_step", segment.micro_step},
+                        {"optimizer_step", segment.optimizer_step},
+                        {"generation_step", segment.generation_step},
+                        {"data_cursor", {{"epoch", segment.data_cursor.epoch}, {"offset", segment.data_cursor.offset}}}};
   return j;
 }
 
@@ -36,19 +41,25 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
       s.iteration = j["position_in_cycle"].value("iteration", int64_t{0});
       s.micro_batch = j["position_in_cycle"].value("micro_batch", int64_t{0});
     }
+    s.num_prompts = j.value("num_prompts", int64_t{0});
+    if (j.contains("segment_start")) {  // checkpoints from before segments: the run began at 0
+      const nlohmann::json& g = j["segment_start"];
+      s.segment.micro_step = g.at("micro_step").get<int64_t>();
+      s.segment.optimizer_step = g.at("optimizer_step").get<int64_t>();
+      s.segment.generation_step = g.at("generation_step").get<int64_t>();
+      s.segment.data_cursor = {g.at("data_cursor").at("epoch").get<int64_t>(), g.at("data_cursor").at("offset").get<int64_t>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(str(where, ": not a rayless trainer state (", e.what(), ")"));
   }
   return s;
 }
 
-void TrainerState::check_resumable(const std::string& where, int64_t world, const std::string& hash, bool mid_cycle,
-                                   bool mid_accumulation, int64_t max_micro_steps, int64_t max_steps) const {
-  inputCheck(world_size == world || (!mid_cycle && !mid_accumulation), where, " was taken by ", world_size,
+void TrainerState::check_resumable(const std::string& where, int64_t world, bool mid_accumulation, int64_t max_steps) const {
+  inputCheck(world_size == world || (!mid_cycle() && !mid_accumulation), where, " was taken by ", world_size,
              " ranks in the middle of a generation cycle; resume it with ", world_size, " ranks (now ", world, ")");
-  inputCheck(config_hash == hash || !mid_cycle, where, " was written under another config (config_hash ", config_hash,
-             " vs ", hash, ") in the middle of a generation cycle");
-  inputCheck(micro_step <= max_micro_steps, where, " is at step ", optimizer_step, ", beyond train.max_steps = ", max_steps);
+  inputCheck(optimizer_step < max_steps || (optimizer_step == max_steps && !mid_accumulation), where, " is at step ",
+             optimizer_step, ", beyond train.max_steps = ", max_steps);
 }
 
 nlohmann::json RankState::to_json(int64_t seed) const {

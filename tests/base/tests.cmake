@@ -30,10 +30,14 @@ add_test(NAME cli-version COMMAND sh -c "$<TARGET_FILE:rayless> version | grep -
 add_test(NAME cli-unknown-command-exit2 COMMAND sh -c "$<TARGET_FILE:rayless> frobnicate 2>&1; [ $? -eq 2 ]")
 add_test(NAME cli-docs-match-code COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/docs_match_code.py $<TARGET_FILE:rayless>
          ${CMAKE_SOURCE_DIR}/docs/config.md)
+# docs/from-trl.md names only keys the config table has, its TOML passes config check, and each TRL field
+# the code points at a key (and each default the defaults test compares) is mapped to that key
+add_test(NAME cli-docs-from-trl COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/from_trl_mapping.py $<TARGET_FILE:rayless>
+         ${CMAKE_SOURCE_DIR}/docs/from-trl.md)
 set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-zero-stage-exit2
                      cli-config-lora-rules-exit2
                      cli-config-check-shipped cli-version
-                     cli-unknown-command-exit2 cli-docs-match-code PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+                     cli-unknown-command-exit2 cli-docs-match-code cli-docs-from-trl PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 # `rayless config show` on an empty config = TRL's GRPOConfig() defaults for every shared key
 add_test(NAME cli-defaults-match-trl
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/defaults_match_trl.py $<TARGET_FILE:rayless>

@@ -10,6 +10,11 @@ set_tests_properties(bench-compare-versions PROPERTIES WORKING_DIRECTORY ${CMAKE
 add_test(NAME bench-compare-machine-floor COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_floor.sh)
 # its targets table (speed, memory, 2 ranks by step time and by completion tok/s), against hand-computed cases
 add_test(NAME bench-compare-targets COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_targets.sh)
+# its GPU report (TRL / rayless-1 step time, peak GPU memory, unfinished runs), against hand-computed cases
+add_test(NAME bench-compare-gpu-targets COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_gpu_targets.sh)
+# its time limit on a run: stopped with what it started, reported as unfinished
+add_test(NAME bench-compare-deadline COMMAND ${CMAKE_CURRENT_LIST_DIR}/compare_deadline.sh)
+set_tests_properties(bench-compare-deadline PROPERTIES TIMEOUT 60)
 # `rayless-bench decode` runs and prints its table (a smoke check; the figures are for docs/benchmarks.md)
 add_test(NAME bench-decode-prints-limits
          COMMAND $<TARGET_FILE:rayless-bench> decode --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json

@@ -103,3 +103,23 @@ TEST_CASE("corrupt tokenizer.json is an InputError naming the file") {
   tiny["model"]["merges"] = nlohmann::json::array();
   expect_error("no-H.json", tiny.dump(), "model.vocab has no token for byte 0x48 (\"H\")");
 }
+
+TEST_CASE("a directory transformers loads as a SentencePiece-style LlamaTokenizer is refused naming the class") {
+  // Llama 2 / Mistral 7B style: LlamaTokenizerFast over a tokenizer.json that is not byte-level
+  auto dir = test::scratch_dir("tok-llama-class");
+  write_text_atomically(dir / "config.json", R"({"model_type": "llama"})");
+  write_text_atomically(dir / "tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizerFast"})");
+  write_text_atomically(dir / "tokenizer.json",
+                        R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"<unk>": 0}, "merges": []},
+                            "pre_tokenizer": {"type": "Metaspace", "replacement": "_"}})");
+  try {
+    load_tokenizer("", dir);
+    FAIL("no error");
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    INFO(message);
+    CHECK(message.find((dir / "tokenizer.json").string()) != std::string::npos);
+    CHECK(message.find("loads LlamaTokenizer") != std::string::npos);
+    CHECK(message.find("tokenizer_config.json names LlamaTokenizerFast") != std::string::npos);
+  }
+}

@@ -188,7 +188,7 @@ GoldenCompletions golden_completions(const std::string& name) {
 // The packed training pass under bfloat16 autocast (prompts run once, completions attended in length
 // buckets, autocast_linear's projections, the fused LM head) against the same fixture. The log-probs
 // must be the log-softmax of transformers' autocast logits to float32 rounding (measured 2e-7), not
-// merely to bfloat16's (8e-3 when short buckets were attended in float32, docs/benchmarks.md):
+// merely to bfloat16's (8e-3 when short buckets were attended in float32, docs/notes/bench-levers.md):
 // train.bf16 computes what TRL's autocast computes.
 TEST_CASE("golden: the packed training pass under bfloat16 autocast gives transformers' log-probs") {
   const auto expected_all = load_safetensors(test::golden_dir() / "autocast-bf16-expected.safetensors");

@@ -91,3 +91,41 @@ TEST_CASE("sharding rejects a dataset smaller than one global batch") {
   spec.num_prompts = 0;
   CHECK_THROWS_AS(shard_prompts(spec, 0, {}), InputError);
 }
+
+TEST_CASE("advance_cursor walks as shard_prompts does, also when the global batch changes between steps") {
+  for (bool drop : {true, false}) {
+    // the global batch of each step, as in a run resumed at other world sizes
+    const std::vector<int64_t> batches = {6, 6, 6, 4, 2, 4, 6, 6, 2, 4, 4, 6, 2};
+    ShardCursor walked;
+    std::vector<int64_t> drawn;
+    for (int64_t batch : batches) {
+      ShardSpec spec{24, batch, 1, 3, true, drop};
+      const PromptShard shard = shard_prompts(spec, 0, walked);
+      drawn.insert(drawn.end(), shard.rows.begin(), shard.rows.end());
+      walked = advance_cursor(spec, walked, 1);
+    }
+    // the prompts drawn are the epochs' orders, one after the other: no prompt twice, none skipped,
+    // except with drop_incomplete a tail too short for the next batch
+    std::vector<int64_t> expected;
+    for (int64_t e = 0; e < 3; ++e) {
+      const auto order = epoch_order(24, 3, e);
+      expected.insert(expected.end(), order.begin(), order.end());
+    }
+    // epoch 0: 6+6+6+4 leaves 2, which the batch of 2 takes; epoch 1: 4+6+6+2+4 leaves 2, too few for 4
+    if (drop) expected.erase(expected.begin() + 46, expected.begin() + 48);
+    expected.resize(drawn.size());
+    CHECK(drawn == expected);
+  }
+  // many steps at once equal one step at a time, from any cursor
+  for (bool drop : {true, false}) {
+    ShardSpec spec{10, 3, 1, 42, true, drop};
+    for (int64_t offset : {0, 3, 7, 9}) {
+      ShardCursor one_by_one = advance_cursor(spec, {2, offset}, 0);
+      for (int64_t n = 0; n < 12; ++n) {
+        CHECK(advance_cursor(spec, {2, offset}, n) == one_by_one);
+        one_by_one = advance_cursor(spec, one_by_one, 1);
+      }
+    }
+  }
+  CHECK_THROWS_AS(advance_cursor(ShardSpec{10, 2, 1, 1, true, true}, {0, 11}, 1), InputError);
+}

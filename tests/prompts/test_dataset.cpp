@@ -43,6 +43,22 @@ TEST_CASE("dataset: field names come from the config") {
   CHECK_THROWS_AS(load_prompt_dataset(path), InputError);
 }
 
+TEST_CASE("dataset: TRL's conversational rows, the prompt as a list of messages") {
+  // TRL's prompt-only conversational format; keys in the file's order (templates' tojson shows them)
+  const std::string path = write_temp_file(
+      "conversational.jsonl",
+      "{\"prompt\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"hi\"}], \"answer\": \"4\"}\n"
+      "{\"prompt\": \"plain\"}\n");
+  for (const std::string& messages_field : {std::string("messages"), std::string("prompt")}) {
+    const PromptDataset d = load_prompt_dataset(path, "prompt", messages_field);
+    REQUIRE(d.rows.size() == 2);
+    REQUIRE(d.rows[0].is_chat());
+    CHECK(d.rows[0].messages.dump() == R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])");
+    CHECK(d.rows[0].fields["answer"] == "4");
+    CHECK(d.rows[1].prompt == "plain");
+  }
+}
+
 TEST_CASE("dataset: a bad line names file and line") {
   const std::string good = "{\"prompt\": \"ok\"}\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -50,7 +66,9 @@ TEST_CASE("dataset: a bad line names file and line") {
       {"[1, 2]", "expected a JSON object"},
       {"{\"prompt\": 5}", "must be a string"},
       {"{\"prompt\": \"\"}", "is empty"},
-      {"{\"other\": 1}", "no \"prompt\" string"},
+      {"{\"other\": 1}", "no \"prompt\" (a string or a list of messages) and no \"messages\" list"},
+      {"{\"prompt\": [{\"content\": \"hi\"}]}", "field \"prompt\" item 0"},
+      {"{\"prompt\": []}", "field \"prompt\" must be a non-empty list"},
       {"{\"messages\": [{\"content\": \"hi\"}]}", "item 0"},
       {"{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "item 0"},
       {"{\"messages\": []}", "non-empty list"},
@@ -76,6 +94,8 @@ TEST_CASE("dataset: a bad line names file and line") {
 
 TEST_CASE("dataset: missing file and no usable rows are input errors") {
   CHECK_THROWS_WITH(load_prompt_dataset("/nonexistent/prompts.jsonl"), Catch::Contains("/nonexistent/prompts.jsonl"));
+  CHECK_THROWS_WITH(load_prompt_dataset("/nonexistent/eval.jsonl", "prompt", "messages", false, "eval.path"),
+                    Catch::Contains("(eval.path)"));
   const std::string path = write_temp_file("allbad.jsonl", "nope\n\n");
   CHECK_THROWS_WITH(load_prompt_dataset(path, "prompt", "messages", true), Catch::Contains("no usable prompt"));
 }

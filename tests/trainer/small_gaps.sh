@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$rayless" generate --model configs/models/tiny --tokenizer byte --prompt hi --top-p 1.5 > "$work/g.log" 2>&1
 rc=$?
 cat "$work/g.log"
-[ $rc -eq 2 ] && grep -q "rayless: error: generate: --top-p 1.5: .*generation.top_p" "$work/g.log" || fail "--top-p 1.5: exit $rc"
+[ $rc -eq 2 ] && grep -q "rayless: error: generate: --top-p 1.5 is not allowed: expected .*(as generation.top_p)" "$work/g.log" || fail "--top-p 1.5: exit $rc"
 "$rayless" generate --model configs/models/tiny --tokenizer byte --prompt hi --top-k -1 > "$work/k.log" 2>&1
 [ $? -eq 2 ] || { cat "$work/k.log"; fail "--top-k -1 accepted"; }
 echo "PASS: generate refuses --top-p 1.5 and --top-k -1"

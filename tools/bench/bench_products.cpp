@@ -2,7 +2,7 @@
 // shape, through GenerationLinear as generate() runs them, at a few row counts. Each product reads its
 // own copy of the weight from a pool of --pool-mb MB: small enough and the weights stay in the
 // last-level cache (as a 53M model's 107 MB bfloat16 copy does on the benchmark machine), larger and
-// they come from memory (docs/benchmarks.md, "AMX tiles for the decode step's products").
+// they come from memory (docs/notes/bench-xeon.md, "AMX tiles for the decode step's products").
 // RAYLESS_AMX=0 measures oneDNN's kernel where the AMX tiles would run.
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>

@@ -17,6 +17,11 @@ checkpointing on, and rayless to bf16 autocast).
 Both commands are called by tools/bench/compare.sh, the one command that reproduces docs/benchmarks.md.
 `run` and `report` need .venv-trl's Python (trl, transformers, matplotlib); `run --dry-run` needs only
 the standard library.
+
+`run --scenario-set gpu` runs GPU_SCENARIOS on one CUDA GPU (TRL and one rayless rank; peak GPU memory
+from each tool's caching allocator); tools/gpu/compare_trl.sh calls it on a lent GPU machine, and with
+`--scenario-set gpu-dry-run` (the same knobs on the tiny model, on the CPU) from ctest. There a run may
+outlive its time (--deadline-s): --keep-going records it as unfinished and goes on (docs/gpu.md).
 """
 import argparse
 import dataclasses
@@ -25,6 +30,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -69,6 +75,7 @@ class Scenario:
     bf16: bool                    # bfloat16 autocast, float32 weights: the same value for both tools
     steps: int                    # optimizer steps run
     warmup_steps: int             # leading steps left out of the timing (not a learning-rate warm-up)
+    device: str = "cpu"           # "cpu" or "cuda": where both tools run
 
     @property
     def name(self):
@@ -80,10 +87,10 @@ class Scenario:
         return {"name": self.name, **dataclasses.asdict(self)}
 
 
-def scenario(size, G, max_len, target, mu, steps, warmup, gc=False, bf16=False, batch=16):
+def scenario(size, G, max_len, target, mu, steps, warmup, gc=False, bf16=False, batch=16, device="cpu"):
     return Scenario(size=size, num_generations=G, max_completion_length=max_len, length_target=target,
                     global_batch_size=batch, num_iterations=mu, gradient_checkpointing=gc, bf16=bf16, steps=steps,
-                    warmup_steps=warmup)
+                    warmup_steps=warmup, device=device)
 
 
 # At μ = 4 a generation serves 4 optimizer steps, so the warm-up is one whole generation cycle and the
@@ -106,14 +113,37 @@ SCENARIOS = [
     scenario("small", G=8, max_len=256, target=200, mu=1, steps=5, warmup=1, bf16=True),
     scenario("small", G=8, max_len=256, target=200, mu=4, steps=8, warmup=4, bf16=True),
 ]
+# On one GPU (tools/gpu/compare_trl.sh): the Qwen2.5-0.5B shape, float32 weights under bfloat16 autocast
+# and gradient checkpointing for both tools (TRL's usual GPU setting), 256- and 1,024-token completions
+# at μ = 1 and 2. Few steps, sized for one 10-minute device command: the first step (μ = 1) or the
+# first generation cycle (μ = 2) is the warm-up (CUDA context, cuBLAS, the caching allocator's growth),
+# the rest is one timed cycle. Ordered cheapest first, so that a deadline cuts the longest runs.
+GPU_SCENARIOS = [
+    scenario("qwen2.5-0.5b", G=8, max_len=256, target=200, mu=1, steps=2, warmup=1, gc=True, bf16=True, device="cuda"),
+    scenario("qwen2.5-0.5b", G=8, max_len=256, target=200, mu=2, steps=4, warmup=2, gc=True, bf16=True, device="cuda"),
+    scenario("qwen2.5-0.5b", G=8, max_len=1024, target=800, mu=1, steps=2, warmup=1, gc=True, bf16=True, device="cuda"),
+    scenario("qwen2.5-0.5b", G=8, max_len=1024, target=800, mu=2, steps=4, warmup=2, gc=True, bf16=True, device="cuda"),
+]
+# The GPU set's CPU dry run (ctest gpu-compare-trl-dry-run): the same knobs on the tiny model, short.
+GPU_DRY_RUN_SCENARIOS = [
+    scenario("tiny", G=4, max_len=16, target=8, mu=2, steps=4, warmup=2, gc=True, bf16=True, batch=8),
+]
+SCENARIO_SETS = {"cpu": SCENARIOS, "gpu": GPU_SCENARIOS, "gpu-dry-run": GPU_DRY_RUN_SCENARIOS}
+ALL_SCENARIOS = SCENARIOS + GPU_SCENARIOS + GPU_DRY_RUN_SCENARIOS  # the order reports list them in
+
 # rayless-1-padded: one rank with train.padding_free = false, TRL's padded [B, P + T] log-prob layout,
 # to show how much of the difference the packed log-prob pass makes.
 TOOLS = ["trl", "rayless-1-padded", "rayless-1", "rayless-2"]
+# one GPU: one rayless rank (NCCL holds one rank per device)
+DEFAULT_TOOLS = {"cpu": TOOLS, "gpu": ["trl", "rayless-1"], "gpu-dry-run": ["trl", "rayless-1"]}
 
 # Targets checked by the summary after the report table.
 TARGET_SPEEDUP = 3.0     # rayless-1 step time at most 1/3 of TRL's
 TARGET_RSS_RATIO = 0.7   # rayless-1 peak RSS at most 0.7 x TRL's
 TARGET_SCALING = 1.8     # step time at 1 rank / at 2 ranks, same global batch
+# on the GPU (issue #48): a whole step at least 5x faster than TRL without vLLM, at no more GPU memory
+TARGET_GPU_SPEEDUP = 5.0
+TARGET_GPU_MEMORY_RATIO = 1.0
 
 
 def log(msg):
@@ -147,18 +177,21 @@ def markdown_table(header, rows):
 # ---------------------------------------------------------------------------------------------------
 # Selection: which scenarios and tools a run covers
 
-def select_scenarios(names=None, sizes=None, mus=None):
-    """SCENARIOS filtered by name, model size and μ (each None = no filter), in SCENARIOS' order."""
-    known = {s.name for s in SCENARIOS}
+def select_scenarios(names=None, sizes=None, mus=None, lengths=None, scenario_set="cpu"):
+    """The set's scenarios filtered by name, model size, μ and completion length (each None = no
+    filter), in the set's order."""
+    candidates = SCENARIO_SETS[scenario_set]
+    known = {s.name for s in candidates}
     unknown = set(names or []) - known
     if unknown:
-        sys.exit(f"bench: unknown scenario(s) {', '.join(sorted(unknown))}; "
-                 f"known: {', '.join(s.name for s in SCENARIOS)}")
-    chosen = [s for s in SCENARIOS
+        sys.exit(f"bench: unknown scenario(s) {', '.join(sorted(unknown))} in set {scenario_set}; "
+                 f"known: {', '.join(s.name for s in candidates)}")
+    chosen = [s for s in candidates
               if (names is None or s.name in names) and (sizes is None or s.size in sizes)
-              and (mus is None or s.num_iterations in mus)]
+              and (mus is None or s.num_iterations in mus)
+              and (lengths is None or s.max_completion_length in lengths)]
     if not chosen:
-        sys.exit("bench: no scenario left after --scenarios/--sizes/--mus")
+        sys.exit("bench: no scenario left after --scenarios/--sizes/--mus/--lengths")
     return chosen
 
 
@@ -199,7 +232,7 @@ def prompt_token_lengths(path):
 def trl_arguments(scen, model_dir, run_dir, threads):
     """run_trl.py's arguments: every knob explicit, none left to run_trl.py's or GRPOConfig's defaults."""
     c = COMMON
-    return ["--model", model_dir, "--prompts", prompts_path(), "--output", run_dir,
+    return ["--model", model_dir, "--prompts", prompts_path(), "--output", run_dir, "--device", scen.device,
             "--threads", str(threads), "--dtype", c["dtype"],
             "--bf16", "true" if scen.bf16 else "false",
             "--gradient-checkpointing", "true" if scen.gradient_checkpointing else "false",
@@ -230,7 +263,7 @@ def rayless_config(scen, model_dir, processes, threads, padding_free):
 [model]
 path = {v(model_dir)}
 dtype = {v(c['dtype'])}
-device = "cpu"
+device = {v(scen.device)}
 
 [tokenizer]
 path = ""
@@ -277,6 +310,8 @@ padding_free = {v(padding_free)}
 [checkpoint]
 save_steps = 0
 keep_last = 1
+# a run stopped at the harness's deadline ends at once, without writing a checkpoint
+save_on_signal = false
 
 [distributed]
 threads_per_rank = {threads}
@@ -302,6 +337,7 @@ def trl_settings(scen, out, threads):
         "prompts": os.path.relpath(args.prompts, ROOT),
         "chat template": "none",  # the prompts are plain strings, so TRL applies no chat template
         "max prompt length (tokens)": "no limit",
+        "device": "cpu" if cfg["use_cpu"] else "cuda",
         "dtype": args.dtype,
         "bf16 autocast": cfg["bf16"],
         "gradient checkpointing": cfg["gradient_checkpointing"],
@@ -329,6 +365,8 @@ def trl_settings(scen, out, threads):
         "log-prob layout": "padded [B, P + T]",  # TRL's only layout
         # torch's autocast multiplies bfloat16 operands with LibTorch's bfloat16 kernels
         "bfloat16 products": "LibTorch's bfloat16 kernels" if cfg["bf16"] else "none (float32)",
+        # GRPOConfig's default, written out: transformers' generate is the one generator on the GPU machine
+        "generation": "transformers generate (use_vllm false)" if not cfg["use_vllm"] else "vLLM",
     }
 
 
@@ -342,6 +380,7 @@ def rayless_settings(scen, tool, out, threads):
         "prompts": os.path.relpath(t["data"]["path"], ROOT),
         "chat template": t["tokenizer"]["chat_template"],
         "max prompt length (tokens)": t["data"]["max_prompt_length"],
+        "device": t["model"]["device"],
         "dtype": t["model"]["dtype"],
         "bf16 autocast": train["bf16"],
         "gradient checkpointing": train["gradient_checkpointing"],
@@ -367,7 +406,8 @@ def rayless_settings(scen, tool, out, threads):
         "seed": train["seed"],
         "optimizer steps": train["max_steps"],
         "log-prob layout": "packed (padding_free)" if train["padding_free"] else "padded [B, P + T]",
-        "bfloat16 products": bfloat16_products(train) if train["bf16"] else "none (float32)",
+        "bfloat16 products": bfloat16_products(train, t["model"]["device"]) if train["bf16"] else "none (float32)",
+        "generation": "rayless's own decoder",
     }
 
 
@@ -380,8 +420,11 @@ def cpu_has_bfloat16_units():
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def bfloat16_products(train):
-    """What rayless's train.bf16_products resolves to on this CPU (ops/kernel_plan.h)."""
+def bfloat16_products(train, device="cpu"):
+    """What rayless's train.bf16_products resolves to on this CPU (ops/kernel_plan.h); on a GPU
+    the setting does not apply and autocast takes LibTorch's bfloat16 kernels."""
+    if device != "cpu":
+        return "LibTorch's bfloat16 kernels"
     setting = train.get("bf16_products", "auto")
     if setting == "auto":
         setting = "bfloat16" if cpu_has_bfloat16_units() else "float32"
@@ -394,6 +437,8 @@ def expected_difference(knob, longest_prompt):
         return "rayless-2 splits the same global batch over 2 ranks"
     if knob == "log-prob layout":
         return "the subject of rayless-1-padded vs rayless-1"
+    if knob == "generation":
+        return "each tool's own sampler; TRL without vLLM, as issue #48 asks"
     if knob == "bfloat16 products":
         return ("no bfloat16 units on this CPU: rayless runs the same arithmetic (exact products, float32 "
                 "sums, one rounding) in float32 kernels, LibTorch emulates it (train.bf16_products = auto)")
@@ -472,18 +517,45 @@ def plan_markdown(scenarios, tools, threads):
 # ---------------------------------------------------------------------------------------------------
 # Running
 
-def run_logged(cmd, log_path, env=None):
-    """Runs cmd with output to log_path; returns (wall seconds, load before, load after)."""
+class RunFailed(Exception):
+    """A command that failed or outran its time; the message names it and ends with its log's tail."""
+
+
+def run_logged(cmd, log_path, env=None, timeout=None):
+    """Runs cmd with output to log_path; returns (wall seconds, load before, load after). Raises
+    RunFailed when it fails, or when it is still running after timeout seconds: then its process group
+    (mpirun and its ranks, or TRL's Python) is stopped first, so nothing is left holding the GPU."""
     load_before = load_average()
     t0 = time.perf_counter()
     with open(log_path, "w") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
+        # its own process group, not its own session: the device tool still ends it with this command
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, process_group=0)
+        try:
+            returncode = proc.wait(timeout=timeout)
+            failure = f"command failed ({returncode})" if returncode != 0 else None
+        except subprocess.TimeoutExpired:
+            stop_process_group(proc)
+            failure = f"stopped at the deadline, after {timeout:.0f} s"
+    if failure:
         with open(log_path) as f:
             tail = "".join(f.readlines()[-25:])
-        sys.exit(f"bench: command failed ({proc.returncode}): {' '.join(cmd)}\n--- {log_path} (tail)\n{tail}")
-    return wall, load_before, load_average()
+        raise RunFailed(f"{failure}: {' '.join(cmd)}\n--- {log_path} (tail)\n{tail}")
+    return time.perf_counter() - t0, load_before, load_average()
+
+
+def stop_process_group(proc):
+    """SIGTERM to the group (mpirun passes it to its ranks; rayless ends at once with save_on_signal
+    off), SIGKILL to whatever is left 15 s later."""
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def thread_env(threads):
@@ -513,7 +585,10 @@ def prepare_models(rayless, out, sizes):
         bench = os.path.join(os.path.dirname(rayless), "rayless-bench")
         cmd = [bench, "init-model", "--config-json", os.path.join(HERE, "models", f"{size}.json"),
                "--out", target, "--seed", "1234", "--tokenizer", "byte"]
-        run_logged(cmd, os.path.join(out, "models", f"{size}.log"))
+        try:
+            run_logged(cmd, os.path.join(out, "models", f"{size}.log"))
+        except RunFailed as e:
+            sys.exit(f"bench: {e}")
 
 
 def tool_command(tool, scen, run_dir, args):
@@ -528,27 +603,55 @@ def tool_command(tool, scen, run_dir, args):
             args.rayless, "train", "--config", config_path, "--output", run_dir]
 
 
+def metric_rows(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def read_metrics(run_dir, expected_steps):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = metric_rows(run_dir)
     if len(rows) != expected_steps:
         sys.exit(f"bench: {run_dir}/metrics.jsonl has {len(rows)} steps, expected {expected_steps}")
     return rows
 
 
-def run_one(tool, scen, args):
+# a run is not started with less time than this left before the deadline
+MIN_SECONDS_FOR_A_RUN = 30
+
+
+def run_one(tool, scen, args, deadline=None):
+    """One (scenario, tool) run, summarised. With --keep-going, a run that fails, outruns the deadline
+    or has no time left comes back as {"error": why, ...} (with the step times it logged) and the
+    benchmark goes on: on a lent GPU the other runs are worth keeping."""
     run_dir = run_path(args.out, scen, tool)
     if os.path.exists(run_dir):
         shutil.rmtree(run_dir)
     os.makedirs(run_dir)
     cmd = tool_command(tool, scen, run_dir, args)
-    log(f"{scen.name} {tool}: {scen.steps} steps (load {load_average():.1f})")
-    wall, load_before, load_after = run_logged(cmd, run_dir + ".log", env=thread_env(args.threads))
+    identity = {"scenario": scen.name, "knobs": scen.knobs(), "tool": tool, "size": scen.size,
+                "mu": scen.num_iterations, "steps": scen.steps, "warmup_steps": scen.warmup_steps,
+                "processes": processes_of(tool), "threads_per_process": args.threads}
+    timeout = None if deadline is None else deadline - time.time()
+    if timeout is not None and timeout < MIN_SECONDS_FOR_A_RUN:
+        log(f"{scen.name} {tool}: skipped, {max(timeout, 0):.0f} s left before the deadline")
+        return {**identity, "error": "skipped: no time left before the deadline"}
+    log(f"{scen.name} {tool}: {scen.steps} steps (load {load_average():.1f}"
+        + ("" if timeout is None else f", {timeout:.0f} s left") + ")")
+    try:
+        wall, load_before, load_after = run_logged(cmd, run_dir + ".log", env=thread_env(args.threads), timeout=timeout)
+    except RunFailed as e:
+        if not args.keep_going:
+            sys.exit(f"bench: {e}")
+        rows = metric_rows(run_dir)
+        log(f"  FAILED after {len(rows)} of {scen.steps} steps: {str(e).splitlines()[0]}")
+        return {**identity, "error": str(e), "steps_done": len(rows),
+                "step_time_by_step": [[r["step"], r["step_time"]] for r in rows]}
     result = summarise(read_metrics(run_dir, scen.steps), scen.warmup_steps, scen.global_batch_size)
-    result.update({"scenario": scen.name, "knobs": scen.knobs(), "tool": tool, "size": scen.size,
-                   "mu": scen.num_iterations, "steps": scen.steps, "warmup_steps": scen.warmup_steps,
-                   "processes": processes_of(tool), "threads_per_process": args.threads, "process_wall_s": wall,
-                   "load_before": load_before, "load_after": load_after})
+    result.update(identity)
+    result.update({"process_wall_s": wall, "load_before": load_before, "load_after": load_after})
     run_info = os.path.join(run_dir, "run_info.json")  # run_trl.py's: versions, applied gradient checkpointing
     if os.path.exists(run_info):
         with open(run_info) as f:
@@ -556,8 +659,14 @@ def run_one(tool, scen, args):
         applied = result["run_info"].get("gradient_checkpointing_active")
         if applied is not None and applied != scen.gradient_checkpointing:
             log(f"  WARNING: gradient checkpointing asked {scen.gradient_checkpointing}, the model reports {applied}")
+    resolved = os.path.join(run_dir, "config.resolved.toml")  # rayless's: every setting, defaults included
+    if os.path.exists(resolved):
+        with open(resolved, "rb") as f:
+            result["resolved_config"] = tomllib.load(f)
+    gpu = ("" if result["peak_gpu_reserved_mb"] is None else
+           f", peak GPU {result['peak_gpu_allocated_mb']:.0f} MiB allocated / {result['peak_gpu_reserved_mb']:.0f} reserved")
     log(f"  median step {result['median_step_s']:.3f}s, {result['completion_tokens_per_s']:.1f} tok/s, "
-        f"gen {result['generation_share']:.0%}, peak RSS {result['peak_rss_mb']:.0f} MB, wall {wall:.0f}s")
+        f"gen {result['generation_share']:.0%}, peak RSS {result['peak_rss_mb']:.0f} MB{gpu}, wall {wall:.0f}s")
     return result
 
 
@@ -577,16 +686,31 @@ def summarise(rows, warmup, global_batch_size):
         "completion_tokens_per_s": tokens / total_time,
         "mean_completion_length": tokens / max(1, generations) / global_batch_size,
         "peak_rss_mb": max(r.get("memory/peak_rss_mb", 0.0) for r in rows),
+        # the caching allocator's peaks on a GPU (rayless's and torch.cuda's own counters); None on the CPU
+        "peak_gpu_allocated_mb": largest(rows, "memory/gpu_peak_allocated_mb"),
+        "peak_gpu_reserved_mb": largest(rows, "memory/gpu_peak_reserved_mb"),
         "reward_by_step": [[r["step"], r["reward"]] for r in rows if r.get("reward") is not None],
         "step_time_by_step": [[r["step"], r["step_time"]] for r in rows],
     }
 
 
+def largest(rows, key):
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return max(values) if values else None
+
+
 def versions(rayless):
-    import torch
-    import transformers
-    import trl
-    out = {"trl": trl.__version__, "transformers": transformers.__version__, "torch (TRL side)": torch.__version__}
+    import importlib
+    out = {}
+    for module, name in (("trl", "trl"), ("datasets", "datasets"), ("transformers", "transformers"),
+                         ("accelerate", "accelerate"), ("torch", "torch (TRL side)")):
+        try:
+            out[name] = importlib.import_module(module).__version__
+        except ImportError:
+            out[name] = "not installed"
+    if out["torch (TRL side)"] != "not installed":
+        import torch
+        out["cuda (TRL side)"] = torch.version.cuda or "none"
     try:
         text = subprocess.run([rayless, "version"], capture_output=True, text=True, check=True).stdout
         out.update(rayless_version_fields(text))
@@ -628,6 +752,24 @@ def count_parameters(model_dir):
     return total
 
 
+def source_commit():
+    """The commit the tree is at: git's where there is a .git, else what tools/gpu/fetch_wheels.sh
+    recorded before the tree was carried to the GPU machine (the copy there has no .git)."""
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        return head + (" (with uncommitted changes)" if changed else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    recorded = os.path.join(ROOT, ".gpu-deps", "source-commit")
+    if os.path.exists(recorded):
+        with open(recorded) as f:
+            return f.read().strip() + " (as tools/gpu/fetch_wheels.sh recorded it)"
+    return "unknown"
+
+
 def write_results(out, results):
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -637,8 +779,9 @@ def cmd_run(args):
     args.out = os.path.abspath(args.out)
     args.rayless = os.path.abspath(args.rayless)
     scenarios = select_scenarios(split_or_none(args.scenarios), split_or_none(args.sizes),
-                                 split_or_none(args.mus, int))
-    tools = select_tools(args.tools)
+                                 split_or_none(args.mus, int), split_or_none(args.lengths, int), args.scenario_set)
+    tools = select_tools(args.tools or ",".join(DEFAULT_TOOLS[args.scenario_set]))
+    device = scenarios[0].device  # one device per scenario set
     settings = equal_settings(scenarios, tools, args.out, args.threads)
     print("Equal settings (each column read back from what that tool is given):\n")
     print(settings_markdown(settings))
@@ -656,11 +799,14 @@ def cmd_run(args):
     require_binaries(args, tools)
     os.makedirs(args.out, exist_ok=True)
     started = time.time()
+    deadline = None if args.deadline_s is None else started + args.deadline_s
     prompt_lengths = prompt_token_lengths(prompts_path())
-    results = {"common": COMMON, "scenarios": [s.knobs() for s in scenarios], "tools": tools,
+    rates = gpu_machine_figures() if device == "cuda" else machine_rates(args.threads)
+    results = {"commit": source_commit(), "scenario_set": args.scenario_set, "device": device,
+               "common": COMMON, "scenarios": [s.knobs() for s in scenarios], "tools": tools,
                "equal_settings": settings, "prompt_tokens_mean": statistics.mean(prompt_lengths),
-               "machine": {**machine_info(), **machine_rates(args.threads)}, "versions": versions(args.rayless),
-               "threads_per_process": args.threads,
+               "machine": {**machine_info(), **rates}, "versions": versions(args.rayless),
+               "threads_per_process": args.threads, "deadline_s": args.deadline_s,
                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "load_at_start": load_average(), "runs": []}
     sizes = sorted({s.size for s in scenarios})
     prepare_models(args.rayless, args.out, sizes)
@@ -671,12 +817,25 @@ def cmd_run(args):
             results["model_configs"][size] = json.load(f)
     for scen in scenarios:
         for tool in tools:
-            results["runs"].append(run_one(tool, scen, args))
+            results["runs"].append(run_one(tool, scen, args, deadline))
             write_results(args.out, results)  # after every run, so an interrupted benchmark keeps what it has
     results["load_at_end"] = load_average()
     results["total_wall_s"] = time.time() - started
     write_results(args.out, results)
-    log(f"done in {results['total_wall_s'] / 60:.1f} min: {args.out}/results.json")
+    failed = [f"{r['scenario']} {r['tool']}" for r in results["runs"] if "error" in r]
+    log(f"done in {results['total_wall_s'] / 60:.1f} min: {args.out}/results.json"
+        + (f"; did not finish: {', '.join(failed)}" if failed else ""))
+    if failed:
+        sys.exit(1)
+
+
+def gpu_machine_figures():
+    """tools/bench/gpu_machine.py's description of GPU 0 and its bfloat16 matmul rate, measured in a
+    process of its own so that this one holds no CUDA context while the tools run."""
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "gpu_machine.py")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"bench: tools/bench/gpu_machine.py failed (is there a CUDA GPU?):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
 
 
 def split_or_none(text, kind=str):
@@ -713,7 +872,7 @@ def upgrade_legacy(results):
 
 
 def scenario_order(name):
-    names = [s.name for s in SCENARIOS]
+    names = [s.name for s in ALL_SCENARIOS]
     return (names.index(name), "") if name in names else (len(names), name)
 
 
@@ -815,14 +974,31 @@ def ratio_cell(value, tool):
     return "—" if tool == "trl" or value is None else f"{value:.2f}x"
 
 
+def finished_runs(results):
+    """The runs that ran to their last step (a run with an "error" stopped early or never started)."""
+    return [r for r in results["runs"] if "error" not in r]
+
+
+def on_gpu_set(results):
+    return results.get("scenario_set", "cpu") != "cpu"
+
+
+def gpu_memory_cell(run):
+    if run.get("peak_gpu_reserved_mb") is None:
+        return "—"
+    return f"{run['peak_gpu_allocated_mb']:.0f} / {run['peak_gpu_reserved_mb']:.0f}"
+
+
 def runs_table(results):
-    runs = sorted(results["runs"], key=lambda r: (scenario_order(r["scenario"]), tool_order(r["tool"])))
+    runs = sorted(finished_runs(results), key=lambda r: (scenario_order(r["scenario"]), tool_order(r["tool"])))
     trl_by_scenario = {r["scenario"]: r for r in runs if r["tool"] == "trl"}
     prompt_tokens = results.get("prompt_tokens_mean") or statistics.mean(prompt_token_lengths(prompts_path()))
+    gpu_memory = on_gpu_set(results)
     header = ["scenario", "model", "tool", "processes × threads", "median s/step", "generation s/step",
               "train s/step", "generation share", "completion tok/s", "tok/s vs TRL", "step time TRL/rayless",
-              "train GFLOP/s (% of matmul)", "generation GFLOP/s (% of matmul)", "peak RSS MB/process",
-              "mean completion length", "reward first → last", "load during run"]
+              "train GFLOP/s (% of matmul)", "generation GFLOP/s (% of matmul)", "peak RSS MB/process"]
+    header += ["peak GPU MiB allocated / reserved"] if gpu_memory else []
+    header += ["mean completion length", "reward first → last", "load during run"]
     rows = []
     for r in runs:
         trl = trl_by_scenario.get(r["scenario"])
@@ -838,10 +1014,49 @@ def runs_table(results):
             ratio_cell(r["completion_tokens_per_s"] / trl["completion_tokens_per_s"] if trl else None, r["tool"]),
             ratio_cell(trl["median_step_s"] / r["median_step_s"] if trl else None, r["tool"]),
             rate_cell(train, matmul, r["processes"]), rate_cell(generation, matmul, r["processes"]),
-            f"{r['peak_rss_mb']:.0f}", f"{r['mean_completion_length']:.1f}",
-            f"{rewards[0]:.2f} → {rewards[-1]:.2f}" if rewards else "—",
-            f"{r['load_before']:.1f} / {r['load_after']:.1f}"])
+            f"{r['peak_rss_mb']:.0f}"]
+            + ([gpu_memory_cell(r)] if gpu_memory else [])
+            + [f"{r['mean_completion_length']:.1f}",
+               f"{rewards[0]:.2f} → {rewards[-1]:.2f}" if rewards else "—",
+               f"{r['load_before']:.1f} / {r['load_after']:.1f}"])
     return markdown_table(header, rows)
+
+
+def gpu_targets_table(results):
+    """Per scenario, rayless-1 against TRL on the GPU (issue #48's targets): step time, and peak GPU
+    memory by each allocator's own counters (reserved: what the device gave the process's cache;
+    allocated: what tensors held). On the CPU dry run the memory cells are dashes."""
+    by_key = {(r["scenario"], r["tool"]): r for r in finished_runs(results)}
+    rows = []
+    for name in sorted({r["scenario"] for r in results["runs"]}, key=scenario_order):
+        trl, one = by_key.get((name, "trl")), by_key.get((name, "rayless-1"))
+        speedup = trl["median_step_s"] / one["median_step_s"] if trl and one else None
+        tokens = (one["completion_tokens_per_s"] / trl["completion_tokens_per_s"]
+                  if trl and one and trl["completion_tokens_per_s"] else None)
+
+        def memory_ratio(key):
+            if not trl or not one or trl.get(key) in (None, 0) or one.get(key) is None:
+                return None
+            return one[key] / trl[key]
+        reserved, allocated = memory_ratio("peak_gpu_reserved_mb"), memory_ratio("peak_gpu_allocated_mb")
+        rows.append([name,
+                     "—" if speedup is None else f"{speedup:.2f}x",
+                     met(None if speedup is None else speedup >= TARGET_GPU_SPEEDUP),
+                     "—" if tokens is None else f"{tokens:.2f}x",
+                     "—" if reserved is None else f"{reserved:.2f}",
+                     "—" if allocated is None else f"{allocated:.2f}",
+                     met(None if reserved is None else reserved <= TARGET_GPU_MEMORY_RATIO)])
+    header = ["scenario", "step time TRL / rayless-1", f"≥ {TARGET_GPU_SPEEDUP:g}x?",
+              "completion tok/s rayless-1 / TRL", "peak GPU reserved rayless-1 / TRL",
+              "peak GPU allocated rayless-1 / TRL", f"reserved ≤ {TARGET_GPU_MEMORY_RATIO:g}?"]
+    return markdown_table(header, rows)
+
+
+def unfinished_markdown(results):
+    rows = [[r["scenario"], r["tool"], f"{r.get('steps_done', 0)} of {r['steps']}",
+             r["error"].splitlines()[0].replace("|", "/")]
+            for r in results["runs"] if "error" in r]
+    return markdown_table(["scenario", "tool", "steps logged", "why"], rows) if rows else ""
 
 
 def machine_floor_s(run, parameters, prompt_tokens, machine):
@@ -883,7 +1098,7 @@ def targets_table(results):
     """Per scenario: rayless-1 against TRL (speed, memory) and rayless-1 against rayless-2 (scaling),
     and the machine's floor for a step (machine_floor_s) against a third of TRL's step: where the floor
     is above it, no code reaches 3x on this machine."""
-    by_key = {(r["scenario"], r["tool"]): r for r in results["runs"]}
+    by_key = {(r["scenario"], r["tool"]): r for r in finished_runs(results)}
     prompt_tokens = results.get("prompt_tokens_mean") or statistics.mean(prompt_token_lengths(prompts_path()))
     rows = []
     for name in sorted({r["scenario"] for r in results["runs"]}, key=scenario_order):
@@ -929,13 +1144,21 @@ def cmd_report(args):
         parts.append("(no equal-settings table: results.json predates it)\n")
     parts.append("Runs (GFLOP/s: useful work, see achieved_gflops in tools/bench/compare.py):\n\n"
                  + runs_table(results))
-    parts.append(f"Targets: rayless-1 step time ≤ 1/{TARGET_SPEEDUP:g} of TRL's, peak RSS ≤ {TARGET_RSS_RATIO:g} × "
-                 f"TRL's; 2 ranks ≥ {TARGET_SCALING:g}x faster than 1 (same scenario, same global batch):\n\n"
-                 + targets_table(results))
+    if on_gpu_set(results):
+        parts.append(f"Targets on the GPU: rayless-1 step time ≤ 1/{TARGET_GPU_SPEEDUP:g} of TRL's (no vLLM), "
+                     f"peak GPU memory ≤ {TARGET_GPU_MEMORY_RATIO:g} × TRL's:\n\n" + gpu_targets_table(results))
+    else:
+        parts.append(f"Targets: rayless-1 step time ≤ 1/{TARGET_SPEEDUP:g} of TRL's, peak RSS ≤ {TARGET_RSS_RATIO:g} × "
+                     f"TRL's; 2 ranks ≥ {TARGET_SCALING:g}x faster than 1 (same scenario, same global batch):\n\n"
+                     + targets_table(results))
+    unfinished = unfinished_markdown(results)
+    if unfinished:
+        parts.append("Runs that did not finish (left out above):\n\n" + unfinished)
     text = "\n".join(parts)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(text)
     print(text)
+    print("commit:", results.get("commit", "not recorded"))
     print("versions:", json.dumps(results["versions"]))
     print("machine:", json.dumps(results["machine"]))
     print(f"load average at start {results['load_at_start']:.1f}, at end {results.get('load_at_end', float('nan')):.1f}; "
@@ -947,7 +1170,7 @@ def report_repeated(dirs):
     """Median and min-max, over repeated full runs, of each (scenario, tool)'s median step time."""
     medians = {}
     for d in dirs:
-        for r in load_results(d)["runs"]:
+        for r in finished_runs(load_results(d)):
             medians.setdefault((r["scenario"], r["tool"]), []).append(r["median_step_s"])
     rows = []
     in_order = sorted(medians.items(), key=lambda kv: (scenario_order(kv[0][0]), tool_order(kv[0][1])))
@@ -966,11 +1189,15 @@ STYLES = {"trl": ("tab:orange", "o", "TRL GRPOTrainer"), "rayless-1": ("tab:blue
 
 
 def plot(results, path):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"plot: skipped, no matplotlib in {sys.executable} ({path} not written)")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = results["runs"]
+    runs = finished_runs(results)
     names = sorted({r["scenario"] for r in runs}, key=scenario_order)
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
@@ -1009,16 +1236,28 @@ def main():
     run.add_argument("--rayless", default=os.path.join(ROOT, "build", "rayless"))
     run.add_argument("--mpirun", default="mpirun")
     run.add_argument("--threads", type=int, default=1, help="torch threads per process, the same for every tool")
-    run.add_argument("--scenarios", help="comma list of scenario names (default: all): "
-                                         + ", ".join(s.name for s in SCENARIOS))
+    run.add_argument("--scenario-set", choices=list(SCENARIO_SETS), default="cpu",
+                     help="cpu (default): the CPU scenarios; gpu: one CUDA GPU, the 0.5B shape "
+                          "(tools/gpu/compare_trl.sh); gpu-dry-run: the GPU set's knobs on the CPU, tiny model")
+    run.add_argument("--scenarios", help="comma list of scenario names (default: all of the set): "
+                                         + ", ".join(s.name for s in ALL_SCENARIOS))
     run.add_argument("--sizes", help="keep only scenarios of these model sizes (comma list: tiny,small)")
     run.add_argument("--mus", help="keep only scenarios with these μ (comma list: 1,4)")
-    run.add_argument("--tools", default=",".join(TOOLS))
+    run.add_argument("--lengths", help="keep only scenarios with these max_completion_length (comma list: 256,1024)")
+    run.add_argument("--tools", help="comma list (default: " + "; ".join(
+        f"{name}: {','.join(tools)}" for name, tools in DEFAULT_TOOLS.items()) + ")")
+    run.add_argument("--keep-going", action="store_true",
+                     help="a run that fails or outruns --deadline-s is recorded with its error and the others still "
+                          "run (exit 1 at the end)")
+    run.add_argument("--deadline-s", type=float,
+                     help="seconds from the start by which every run must have ended: a run still going then is "
+                          "stopped, later ones are skipped (with --keep-going: recorded, not fatal)")
     run.add_argument("--dry-run", action="store_true",
                      help="print the equal-settings table and the runs, then stop (needs no rayless binary)")
     report = sub.add_parser("report", help="tables and plot from results.json")
     report.add_argument("--out", default=os.path.join(ROOT, "runs", "bench"), help="directory of results.json")
-    report.add_argument("--plot", default=os.path.join(ROOT, "docs", "img", "bench_trl_reward.png"))
+    report.add_argument("--plot", default=os.path.join(ROOT, "docs", "img", "bench_trl_reward.png"),
+                        help="the reward plot's PNG (skipped, with a line saying so, where matplotlib is missing)")
     report.add_argument("--runs", help="comma list of results.json directories from repeated full runs: prints the "
                                        "median and spread of each scenario and tool's median step time, nothing else")
     args = p.parse_args()

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Runs TRL's GRPOTrainer on CPU with the benchmark's shared setup and writes metrics.jsonl under the
-same names rayless uses ("step", "reward", "step_time", "time/generation", "time/train",
-"completions/total_tokens", "memory/peak_rss_mb"), so one summariser reads both tools.
+"""Runs TRL's GRPOTrainer on the CPU or one CUDA GPU with the benchmark's shared setup and writes
+metrics.jsonl under the same names rayless uses ("step", "reward", "step_time", "time/generation",
+"time/train", "completions/total_tokens", "memory/peak_rss_mb", and on a GPU
+"memory/gpu_peak_allocated_mb" and "memory/gpu_peak_reserved_mb": torch.cuda.max_memory_allocated and
+max_memory_reserved, the caching allocator's peaks since the start), so one summariser reads both tools.
 
 Timing is taken from outside TRL, without changing what it computes:
   * step_time: wall time between the ends of consecutive optimizer steps (the first from train start),
@@ -11,7 +13,10 @@ Timing is taken from outside TRL, without changing what it computes:
   * time/train: step_time - time/generation;
   * completions/total_tokens and reward: counted by the length reward itself, which sees every
     completion's token ids (up to and including EOS, as rayless counts them).
-Run it with .venv-trl/bin/python (see tools/bench/compare.sh).
+On a GPU each of these clocks is read after torch.cuda.synchronize(), so queued kernels count where
+they were launched. run_info.json gets every GRPOConfig setting (defaults included) and the versions.
+Run it with .venv-trl/bin/python (see tools/bench/compare.sh), or on the GPU machine with python3 and
+the carried wheels (tools/gpu/compare_trl.sh).
 """
 import argparse
 import json
@@ -28,6 +33,7 @@ def parse_args(argv=None):
     p.add_argument("--model", required=True, help="HF model directory written by `rayless-bench init-model`")
     p.add_argument("--prompts", required=True, help="JSONL prompts with a 'prompt' field")
     p.add_argument("--output", required=True, help="run directory (metrics.jsonl goes here)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: the first CUDA GPU")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads of this process")
     p.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
                    help="dtype the model is loaded in")
@@ -68,8 +74,9 @@ def grpo_config_kwargs(args):
                       "num_generations", "max_completion_length", "learning_rate", "lr_scheduler_type",
                       "weight_decay", "max_grad_norm", "num_iterations", "loss_type", "beta", "temperature",
                       "top_p", "top_k", "max_steps"]
-    fixed = dict(output_dir=os.path.join(args.output, "trl"), use_cpu=True, warmup_steps=0, logging_steps=1,
-                 save_strategy="no", report_to="none", disable_tqdm=True, fp16=False,
+    # use_vllm: GRPOConfig's default, written out: transformers' generate is the generator compared
+    fixed = dict(output_dir=os.path.join(args.output, "trl"), use_cpu=args.device == "cpu", use_vllm=False,
+                 warmup_steps=0, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, fp16=False,
                  dataloader_num_workers=0, log_completions=False)
     return {**fixed, **{name: getattr(args, name) for name in passed_through}}
 
@@ -114,6 +121,12 @@ def main():
         return [float(r) for r in rewards]
 
     config = GRPOConfig(**grpo_config_kwargs(args))
+    on_gpu = args.device == "cuda"
+
+    def now():
+        if on_gpu:
+            torch.cuda.synchronize()  # what was queued before this point is done before it is timed
+        return time.perf_counter()
 
     class StepTimer(TrainerCallback):
         """Wall time per optimizer step and the generation share of it."""
@@ -124,12 +137,12 @@ def main():
             self.rows = []
 
         def on_train_begin(self, *a, **k):
-            self.last_end = time.perf_counter()
+            self.last_end = now()
 
         def on_step_end(self, a, state, control, **k):
-            now = time.perf_counter()
-            step_time = now - self.last_end
-            self.last_end = now
+            end = now()
+            step_time = end - self.last_end
+            self.last_end = end
             step = state.global_step
             row = {
                 "step": step,
@@ -138,6 +151,9 @@ def main():
                 "time/train": step_time - self.generation_seconds,
                 "memory/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             }
+            if on_gpu:
+                row["memory/gpu_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+                row["memory/gpu_peak_reserved_mb"] = torch.cuda.max_memory_reserved() / 2**20
             self.generation_seconds = 0.0
             if step in generations:
                 row["reward"] = generations[step]["reward"]
@@ -162,11 +178,11 @@ def main():
     generate_and_score = trainer._generate_and_score_completions
 
     def timed_generate_and_score(*a, **k):
-        t0 = time.perf_counter()
+        t0 = now()
         try:
             return generate_and_score(*a, **k)
         finally:
-            timer.generation_seconds += time.perf_counter() - t0
+            timer.generation_seconds += now() - t0
 
     trainer._generate_and_score_completions = timed_generate_and_score
 
@@ -184,9 +200,15 @@ def main():
         "versions": {
             "trl": __import__("trl").__version__,
             "transformers": __import__("transformers").__version__,
+            "datasets": __import__("datasets").__version__,
+            "accelerate": __import__("accelerate").__version__,
             "torch": torch.__version__,
+            "cuda": torch.version.cuda,
             "python": sys.version.split()[0],
         },
+        "device": torch.cuda.get_device_name(0) if on_gpu else "cpu",
+        # every setting GRPOTrainer ran with, GRPOConfig's defaults included
+        "grpo_config": json.loads(json.dumps(config.to_dict(), default=str)),
     }
     with open(os.path.join(args.output, "run_info.json"), "w") as f:
         json.dump(info, f, indent=1)

@@ -2,7 +2,7 @@
 # First contact with a GPU, as one prepared run: builds rayless with CUDA + NCCL against the machine's
 # LibTorch, runs the CUDA-vs-CPU and NCCL-vs-MPI tests, trains a Qwen2.5-0.5B-shaped random model on the
 # GPU (bf16, fused log-probs, mu = 2, top_entropy_quantile = 0.2), stops it with SIGUSR1 and resumes it,
-# and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
+# checks the run's peak GPU memory metrics, and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
 # is timed and logged; a failing step is recorded and the next one still runs. Everything lands in
 # $OUT (default gpu-check-out/): device_check.log, steps.tsv, figures.json, metrics.jsonl (the training
 # run's), gpu_memory_mib.txt. The model and the run's checkpoints (gigabytes) go to $WORK (default
@@ -45,57 +45,8 @@ step() {
 }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
-# ---- 0. the environment: the carried Debian packages unpacked into a prefix, never into / --------
-use_carried_packages() {
-  local debs=$root_dir/.gpu-deps/debs prefix=$root_dir/.gpu-deps/prefix
-  [ -d "$debs" ] || { say "no .gpu-deps/debs (run tools/gpu/fetch_deps.sh here and carry .gpu-deps)"; return 1; }
-  if [ ! -f "$prefix/.unpacked" ]; then
-    mkdir -p "$prefix"
-    for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$prefix" || return 1; done
-    touch "$prefix/.unpacked"
-  fi
-  local arch=x86_64-linux-gnu usr=$prefix/usr
-  mkdir -p "$prefix/bin"
-  # Debian names the wrappers *.openmpi and links the plain names through alternatives: link them here
-  for tool in mpicc mpicxx mpic++ mpirun mpiexec; do
-    [ -e "$usr/bin/$tool.openmpi" ] && ln -sf "$usr/bin/$tool.openmpi" "$prefix/bin/$tool"
-  done
-  [ -e "$prefix/bin/mpirun" ] || ln -sf "$usr/bin/orterun" "$prefix/bin/mpirun"
-  export PATH=$prefix/bin:$usr/bin:$PATH
-  export OPAL_PREFIX=$usr  # Open MPI finds its libraries, plugins and help files relative to this
-  export LD_LIBRARY_PATH=$usr/lib/$arch:$usr/lib/$arch/openmpi/lib:$usr/lib/$arch/hdf5/serial/lib:${LD_LIBRARY_PATH:-}
-  export CMAKE_PREFIX_PATH=$usr:${CMAKE_PREFIX_PATH:-}
-  export HDF5_ROOT=$usr/lib/$arch/hdf5/serial
-  export PKG_CONFIG_PATH=$usr/lib/$arch/pkgconfig:$usr/share/pkgconfig:${PKG_CONFIG_PATH:-}
-  # the carried .pc files say prefix=/usr: read them relative to the prefix (PCRE2's -I and -L)
-  export PKG_CONFIG_SYSROOT_DIR=$prefix
-  export RAYLESS_CMAKE_ARGS="-DMPI_C_COMPILER=$prefix/bin/mpicc -DMPI_CXX_COMPILER=$prefix/bin/mpicxx -DHDF5_C_COMPILER_EXECUTABLE=/nonexistent ${RAYLESS_CMAKE_ARGS:-}"
-  say "packages from $prefix (OPAL_PREFIX=$OPAL_PREFIX)"
-}
-
-# The CUDA toolkit and NCCL as the machine has them: LibTorch's CMake config finds CUDA through
-# CUDA_TOOLKIT_ROOT_DIR (a wrapper script named nvcc on the PATH hides the toolkit's folder), and
-# NCCL comes with PyTorch as the nvidia-nccl wheel (nccl.h and libnccl.so.2, no unversioned link).
-use_cuda_and_nccl() {
-  local cuda_home
-  . tools/cuda_home.sh
-  cuda_home=$(find_cuda_home) || { say "no CUDA toolkit (CUDA_HOME, /usr/local/cuda, nvcc on the PATH)"; return 1; }
-  local nccl_include=${RAYLESS_NCCL_INCLUDE_DIR:-}
-  [ -n "$nccl_include" ] || nccl_include=$(python3 - <<'PY'
-import glob, os, site, sys
-roots = [p for p in sys.path if os.path.isdir(p)] + site.getsitepackages() + [site.getusersitepackages()]
-for root in roots:
-    for header in sorted(glob.glob(os.path.join(root, "nvidia", "**", "nccl.h"), recursive=True)):
-        print(os.path.dirname(header)); sys.exit(0)
-PY
-)
-  [ -n "$nccl_include" ] && [ -f "$nccl_include/nccl.h" ] || [ -f "$cuda_home/include/nccl.h" ] \
-    || { say "no nccl.h beside CUDA or in python3's nvidia packages"; return 1; }
-  export CUDA_HOME=$cuda_home PATH=$cuda_home/bin:$PATH
-  export RAYLESS_CMAKE_ARGS="-DCUDA_TOOLKIT_ROOT_DIR=$cuda_home -DCUDAToolkit_ROOT=$cuda_home ${nccl_include:+-DRAYLESS_NCCL_INCLUDE_DIR=$nccl_include} ${RAYLESS_CMAKE_ARGS:-}"
-  [ -n "$nccl_include" ] && export LD_LIBRARY_PATH=$nccl_include/../lib:${LD_LIBRARY_PATH:-}
-  say "CUDA toolkit $cuda_home; nccl.h in ${nccl_include:-$cuda_home/include}"
-}
+# ---- 0. the environment: carried packages, CUDA and NCCL (tools/gpu/gpu_env.sh) -----------------
+. tools/gpu/gpu_env.sh
 
 versions() {
   ldd --version | head -1; cmake --version | head -1; c++ --version | head -1
@@ -117,11 +68,9 @@ else
   logprob_sizes=large
   step deps use_carried_packages
   step cuda use_cuda_and_nccl
-  torch_dir=$(python3 -c 'import torch.utils, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))')
-  # only what the steps below run: the whole tree takes minutes more on the device's cores
-  step build env Torch_DIR="$torch_dir" RAYLESS_CUDA=ON RAYLESS_NO_APT=1 RAYLESS_BUILD_DIR=$build_dir \
-    RAYLESS_BUILD_TARGETS="rayless rayless-bench rayless-refcheck rayless-op-times test-devices test-devices-mpi test-comm-mpi test-model test-sampler" \
-    ./tools/setup.sh
+  # only what the steps below run
+  step build build_for_gpu "$build_dir" rayless rayless-bench rayless-refcheck rayless-op-times test-devices test-devices-mpi test-comm-mpi \
+    test-model test-sampler
 fi
 step versions versions
 
@@ -176,6 +125,45 @@ resume_once() {
 }
 step train-resume resume_once
 [ -n "${gpu_memory_sampler:-}" ] && kill "$gpu_memory_sampler" 2>/dev/null
+# rayless's own peak GPU memory (memory/gpu_peak_allocated_mb and _reserved_mb, the caching allocator's
+# counters) in every step of the run and in its closing line: on CUDA 0 < allocated <= reserved <= the
+# GPU's memory (the resumed process starts its peaks anew, so they may fall between steps); on the CPU
+# neither is there
+gpu_memory_metrics() {
+  local total_mib=0
+  [ "$device" = cuda ] && total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  python3 - "$run_dir/metrics.jsonl" "$device" "$total_mib" "$OUT/device_check.log" <<'PY'
+import json, sys
+metrics, device, total_mib, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+rows = [json.loads(line) for line in open(metrics) if line.strip()]
+keys = ("memory/gpu_peak_allocated_mb", "memory/gpu_peak_reserved_mb")
+closing = [line for line in open(log) if "rayless train: done" in line]
+problems = []
+if device == "cuda":
+    last = (0.0, 0.0)
+    for r in rows:
+        allocated, reserved = (r.get(k) for k in keys)
+        if allocated is None or reserved is None:
+            problems.append(f"step {r['step']}: no {' / '.join(keys)}")
+            continue
+        if not 0 < allocated <= reserved <= total_mib:
+            problems.append(f"step {r['step']}: not 0 < allocated {allocated:.0f} <= reserved {reserved:.0f} <= {total_mib:.0f} MiB")
+        last = (allocated, reserved)
+    if not any("peak GPU memory" in line for line in closing):
+        problems.append("the closing line does not name the peak GPU memory")
+    print(f"gpu memory: {len(rows)} steps, last peak {last[0]:.0f} MiB allocated, {last[1]:.0f} MiB reserved of {total_mib:.0f}")
+else:
+    problems += [f"step {r['step']}: {k} on the CPU" for r in rows for k in keys if k in r]
+    problems += ["the closing line names GPU memory on the CPU" for line in closing if "GPU" in line]
+    print(f"gpu memory: none reported on the CPU ({len(rows)} steps, {len(closing)} closing line(s))")
+if not rows or not closing:
+    problems.append(f"nothing to check: {len(rows)} metrics rows, {len(closing)} closing lines")
+for p in problems:
+    print("gpu memory: FAIL", p)
+sys.exit(1 if problems else 0)
+PY
+}
+step gpu-memory-metrics gpu_memory_metrics
 
 # the other training paths, a short run each: the reference model's pass (beta > 0), LoRA, gradient
 # checkpointing, the padded log-prob layout, and bfloat16 autocast over float32 weights (TRL's default)

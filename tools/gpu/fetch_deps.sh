@@ -7,7 +7,9 @@
 # alternative and leaves out what every glibc system has and what a build does not use (compilers,
 # Fortran, perl, docs). libpcre2-8-0 is carried although most systems have it: libpcre2-dev's
 # libpcre2-8.so points at it inside the prefix.
-#   tools/gpu/fetch_deps.sh     # prints the packages and the total size (the carry limit is 64 MiB)
+# Then it runs tools/gpu/fetch_wheels.sh (TRL and datasets for the side-by-side), which checks the
+# total that travels against the run tool's 64 MiB.
+#   tools/gpu/fetch_deps.sh     # prints the packages, the wheels and the total size
 set -euo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$root_dir/.gpu-deps/debs
@@ -50,3 +52,5 @@ PY
 echo "fetch_deps: ${#packages[@]} packages: ${packages[*]}"
 (cd "$out" && apt-get download "${packages[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
 echo "fetch_deps: $(du -sh "$out" | cut -f1) in $out (the run tool carries at most 64 MiB with the tree)"
+# the side-by-side's Python wheels beside them; it prints what travels in all and fails over 64 MiB
+"$root_dir/tools/gpu/fetch_wheels.sh"

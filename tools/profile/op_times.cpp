@@ -2,7 +2,8 @@
 // rayless-bench) that times every top-level ATen call and every autograd node's evaluation
 // (RecordFunction, inclusive of what they call), and on SIGUSR2 prints the totals since the last print
 // and starts again (rayless keeps SIGUSR1 for its checkpoint-and-stop). Built as librayless-op-times.so
-// (CMake target rayless-op-times).
+// (CMake target rayless-op-times). The profiles it gave: docs/notes/bench-xeon.md and
+// bench-epyc.md.
 //
 //   LD_PRELOAD=build/librayless-op-times.so build/rayless train --config ... &   # then, between steps:
 //   kill -USR2 <pid>    # first: forget what came before; later: print the window to stderr

@@ -63,6 +63,7 @@ struct RewardWorkerConfig {
   std::string command;      // /bin/sh -c COMMAND
   double timeout_s = 60.0;  // seconds it may take per request
   int64_t batch_size = 0;   // 0 = one JSON line per completion
+  std::string where;        // "file:line: " of its table, for errors ("" when made by --set)
 };
 
 // [reward.models.NAME]: a Hugging Face *ForSequenceClassification directory (num_labels = 1).
@@ -71,6 +72,7 @@ struct RewardModelConfig {
   std::string tokenizer;    // tokenizer.json (default: the model directory's)
   int64_t batch_size = 8;   // texts per forward pass
   std::string chat_template = "auto";  // renders conversational rows: the reward model's own template
+  std::string where;        // "file:line: " of its table, for errors ("" when made by --set)
 };
 
 struct RewardConfig {
@@ -221,6 +223,10 @@ struct ConfigField {
 
 const std::vector<ConfigField>& config_fields();
 
+// The shortest text that reads back as the same double (0.2, not 0.20000000000000001; 300.0, not
+// 3e+02): std::to_chars' shortest form, in plain notation unless the exponent form is shorter.
+std::string float_literal(double v);
+
 // Loads a TOML file: unknown sections/keys (with "did you mean"), wrong types and out-of-range
 // values are InputErrors naming file, line and key. Then applies `overrides` ("section.key=value",
 // the value parsed as TOML, else taken as a string) and checks cross-field rules.
@@ -245,5 +251,9 @@ std::string config_hash(const Config& config);
 
 // Closest valid key to `key` (edit distance), for "did you mean" messages; "" if nothing is close.
 std::string closest_config_key(const std::string& key);
+// TRL's names that rayless spells differently, each with the key it points to (a TRL user's habit gets
+// a pointer, not just "unknown"): load_config's hints, and the list `rayless config reference` prints
+// for docs/config.md, which docs/from-trl.md must agree with.
+const std::map<std::string, std::string>& trl_names();
 
 }  // namespace rayless

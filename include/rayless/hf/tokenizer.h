@@ -26,9 +26,15 @@ class Tokenizer {
   virtual std::string hash() const = 0;             // content hash for provenance
   virtual std::string kind() const = 0;             // "bpe" | "byte"
   virtual std::string to_json() const = 0;          // a tokenizer.json that transformers can load
+  // The tokenizer class transformers loads for it and why ("Qwen2Tokenizer (config.json model_type ...)"),
+  // and one line saying what that class changes in tokenizer.json ("" when nothing): tokenizer_class.h.
+  virtual std::string class_origin() const { return ""; }
+  virtual std::string class_change_note() const { return ""; }
 };
 
-// path: a tokenizer.json file, "byte", or "" = <model_dir>/tokenizer.json. Corrupt files are
+// path: a tokenizer.json file, "byte", or "" = <model_dir>/tokenizer.json. The pipeline is the one
+// transformers' AutoTokenizer builds for the tokenizer's directory (tokenizer_config.json, config.json
+// beside it; model/tokenizer_class.h), which may replace parts of tokenizer.json. Corrupt files are
 // InputErrors naming the file. eos/pad default to the model directory's generation_config.json /
 // config.json ids when present, else to well-known specials (<|im_end|>, <|endoftext|>, <|eos|>).
 std::shared_ptr<Tokenizer> load_tokenizer(const std::string& path, const std::filesystem::path& model_dir = {});

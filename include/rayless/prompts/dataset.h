@@ -33,14 +33,17 @@ struct PromptDataset {
 
 // Reads the whole file. Blank lines are ignored. A bad line (not JSON, not an object, neither a
 // non-empty string prompt nor a valid messages list) is an InputError "file:line: why", unless
-// skip_invalid, then it is counted in skipped_lines. A dataset with no usable row is an InputError.
+// skip_invalid, then it is counted in skipped_lines. A dataset with no usable row is an InputError;
+// a file that cannot be opened one naming `key`, the config key that named it.
 PromptDataset load_prompt_dataset(const std::string& path, const std::string& prompt_field = "prompt",
-                                  const std::string& messages_field = "messages", bool skip_invalid = false);
+                                  const std::string& messages_field = "messages", bool skip_invalid = false,
+                                  const std::string& key = "data.path");
 PromptDataset load_prompt_dataset(const DataConfig& config);
 
-// "" when `object` holds a usable prompt (a non-empty string under prompt_field, or a messages list
-// under messages_field: objects with a string "role"; "content" a string, a list of parts or absent),
-// else why not. Fills row.prompt or row.messages (not row.fields or row.line).
+// "" when `object` holds a usable prompt, else why not: a non-empty string under prompt_field, or a
+// messages list (objects with a string "role"; "content" a string, a list of parts or absent) under
+// prompt_field (TRL's conversational rows, {"prompt": [{"role": "user", ...}]}) or messages_field.
+// Fills row.prompt or row.messages (not row.fields or row.line).
 std::string parse_prompt_row(const nlohmann::json& object, const std::string& prompt_field,
                              const std::string& messages_field, PromptRow& row);
 

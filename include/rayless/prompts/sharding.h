@@ -37,7 +37,15 @@ struct ShardSpec {
 // InputError when the dataset is empty or smaller than one global batch (with drop_incomplete).
 PromptShard shard_prompts(const ShardSpec& spec, int rank, ShardCursor cursor);
 
-// The cursor at the start of generation step `step` (0-based), from the beginning.
+// Where the last of `steps` global batches drawn from `from` ends (`from` itself for 0 steps). Each
+// batch starts where the previous one ended, or, with drop_incomplete, in the next epoch when it no
+// longer fits. This position, not the step number, is what carries over a resume: a run resumed
+// with another global batch (another world size under TRL's per-device batch sizes) continues the
+// epoch's order where the checkpoint stopped, and a smaller batch still uses a tail a larger one
+// could not.
+ShardCursor advance_cursor(const ShardSpec& spec, ShardCursor from, int64_t steps);
+
+// The cursor at the start of generation step `step` (0-based) of a run that never changed its batch.
 ShardCursor cursor_at_step(const ShardSpec& spec, int64_t step);
 
 // The order of one epoch: a permutation of 0..num_prompts-1 (identity when shuffle is off).

@@ -26,9 +26,10 @@ class RewardModel : public RewardFunction {
   // InputError naming the file when the directory is not a single-score classifier.
   RewardModel(std::string name, const std::filesystem::path& dir, const std::string& tokenizer_path, int64_t batch_size,
               torch::Device device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
-  // How conversational rows are rendered: which row field holds the messages (data.messages_field),
-  // the reward model's chat template spec (its tokenizer.chat_template, default auto) and the kwargs.
-  void set_conversation_format(std::string messages_field, const std::string& chat_template,
+  // How conversational rows are rendered: the row fields that may hold the messages (a list under
+  // data.prompt_field, TRL's conversational format, else data.messages_field, as the dataset reads
+  // them), the reward model's chat template spec (its tokenizer.chat_template, default auto) and the kwargs.
+  void set_conversation_format(std::string prompt_field, std::string messages_field, const std::string& chat_template,
                                nlohmann::ordered_json kwargs);
   // A conversational row needs a chat template of the reward model.
   std::string check_row(const nlohmann::json& row) const override;
@@ -47,10 +48,10 @@ class RewardModel : public RewardFunction {
   torch::Tensor score_weight_;  // [1, hidden]
   std::shared_ptr<Tokenizer> tokenizer_;
   std::filesystem::path tokenizer_dir_;          // tokenizer_config.json / chat_template.jinja
-  std::string messages_field_ = "messages";
+  std::string prompt_field_ = "prompt", messages_field_ = "messages";
   ChatTemplate chat_template_;                   // the reward model's own ("auto" by default)
   nlohmann::ordered_json kwargs_ = nlohmann::ordered_json::object();
-  bool conversational(const nlohmann::json& row) const;
+  const nlohmann::json* messages_of(const nlohmann::json& row) const;  // nullptr: a plain-text row
   std::string conversation_text(const nlohmann::json& row, const std::string& completion) const;
 };
 

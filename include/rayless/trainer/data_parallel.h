@@ -25,7 +25,7 @@ class DataParallel {
   // parameters: the trainable tensors in a fixed order (the same on every rank); buffers (optional)
   // are only broadcast. bucket_size_mb: MiB per gradient bucket (a larger tensor is a bucket alone);
   // 0 picks by backend: 25 on NCCL (DDP's size), 4 elsewhere (Open MPI's shared-memory allreduce is
-  // about twice as fast on 4 MiB pieces as on 25 MiB ones, docs/benchmarks.md).
+  // about twice as fast on 4 MiB pieces as on 25 MiB ones, docs/distributed.md).
   DataParallel(Communicator& comm, std::vector<torch::Tensor> parameters, int64_t bucket_size_mb,
                std::vector<torch::Tensor> buffers = {});
   DataParallel(Communicator& comm, torch::nn::Module& module, int64_t bucket_size_mb);

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
+
+#include <c10/core/Device.h>
 
 namespace rayless {
 
@@ -30,5 +33,16 @@ std::string progress_line(int64_t step, int64_t max_steps, const StepMetrics& me
 
 // Peak resident set size of this process in bytes (VmHWM), 0 when unknown.
 int64_t peak_rss_bytes();
+
+// The device's caching allocator's own peaks since the process started (what torch.cuda's
+// max_memory_allocated and max_memory_reserved read): bytes held by tensors, and bytes the allocator
+// took from the device, cached free blocks included.
+struct DeviceMemoryPeaks {
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+};
+// nullopt on the CPU. Reads LibTorch's device-generic allocator interface, so one source compiles
+// against CPU and CUDA LibTorch alike; the caller syncs nothing with the device.
+std::optional<DeviceMemoryPeaks> device_memory_peaks(const c10::Device& device);
 
 }  // namespace rayless

@@ -8,7 +8,8 @@
 //   a run with a checkpoint   exit 2           resume the newest            resume PATH     move, start
 //   a run, no checkpoint      exit 2           move, start                  resume PATH     move, start
 //
-// "A run" is metrics.jsonl, or anything under checkpoints/ or rollouts/. A run without a checkpoint
+// "A run" is a metrics.jsonl with a record in it, or anything under checkpoints/ or rollouts/ (a run
+// that failed in its first step leaves an empty metrics.jsonl, and a plain rerun goes ahead). A run without a checkpoint
 // was stopped before its first one: --resume auto moves it aside and starts from the beginning, so a
 // job killed or preempted early still goes on when requeued.
 #pragma once

@@ -29,6 +29,7 @@
 #include "rayless/sampler/sampler.h"
 #include "rayless/trainer/metrics.h"
 #include "rayless/trainer/sample_table.h"
+#include "rayless/trainer/trainer_state.h"
 
 namespace rayless {
 
@@ -49,6 +50,7 @@ struct TrainOptions {
   std::string output_dir;              // --output (empty = train.output_dir)
   std::string resume;                  // --resume auto|PATH (empty = fresh start)
   bool overwrite = false;              // --overwrite: move an old run in the directory aside
+  std::vector<std::string> allow_config_changes;  // --allow-config-change KEY: may differ from the checkpoint's
 };
 
 // Called on every rank after each micro-step (micro_step = completed micro-steps), before the ranks
@@ -119,6 +121,16 @@ class Trainer {
   // checkpoints (trainer_checkpoint.cpp)
   void save(bool at_optimizer_boundary);
   void restore(const std::filesystem::path& checkpoint);
+  void check_config_against(const std::filesystem::path& checkpoint, const TrainerState& state, bool mid_cycle) const;
+  void record_segment_config(const std::filesystem::path& resumed_from) const;
+
+  // Where the run stands, counted from the start of this segment (segment_): a resume at a cycle
+  // and optimizer-step boundary may change the batch geometry, so counts restart there.
+  int64_t generation_step() const;     // the generation in progress (or next, at a cycle boundary)
+  int64_t position_in_cycle() const;   // micro-steps done in it
+  bool at_optimizer_boundary() const;  // no gradients accumulated
+  int64_t last_micro_step() const;     // the micro-step at which train.max_steps is reached
+  ShardCursor data_cursor(int64_t generation_step) const;  // where that generation draws its prompts
 
   Runtime& runtime_;
   TrainOptions options_;
@@ -151,6 +163,7 @@ class Trainer {
   float step_loss_float32_ = 0.0f;       // this rank's loss summed over the step's micro-steps (transformers')
   std::string expected_generation_hash_;  // set by a mid-cycle restore: the stored generation's file hash
   int64_t last_saved_micro_step_ = -1;
+  SegmentStart segment_;                  // where this segment of the run began (zeros for a fresh run)
 
   // derived once
   int64_t steps_per_generation_ = 1;
@@ -163,7 +176,7 @@ class Trainer {
   double sampling_seconds_ = 0, optimizer_seconds_ = 0;
   double generation_seconds_ = 0, train_seconds_ = 0;
   std::chrono::steady_clock::time_point run_start_, step_start_;
-  int64_t first_step_ = 0;  // the optimizer step this process started at (for the ETA)
+  int64_t first_step_ = 0;  // the optimizer step this process started at (the ETA, the segment record)
 };
 
 // Trainer(runtime, options).run()

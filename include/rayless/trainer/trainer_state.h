@@ -10,6 +10,16 @@
 
 namespace rayless {
 
+// Where a segment of a run began: the run's start, or a resume at a generation-cycle and optimizer-step
+// boundary, where the batch geometry (world size, steps per generation, accumulation) may change.
+// Step numbers continue across segments; within a segment, cycles and optimizer steps count from here.
+struct SegmentStart {
+  int64_t micro_step = 0;
+  int64_t optimizer_step = 0;
+  int64_t generation_step = 0;
+  ShardCursor data_cursor;  // where generation `generation_step` draws its prompts from
+};
+
 struct TrainerState {
   int64_t optimizer_step = 0;  // completed optimizer steps
   int64_t micro_step = 0;      // completed micro-steps
@@ -18,18 +28,23 @@ struct TrainerState {
   int64_t seed = 0;
   std::string config_hash;
   std::string tokenizer_hash;
-  // for people reading the file: where the data and the generation cycle stand
+  // where the data and the generation cycle stand: generation `generation_step` (the one in progress,
+  // or the next at a cycle boundary) draws its prompts from data_cursor, an (epoch, offset) in the
+  // epochs' order that does not depend on the batch size, so any world size continues from it
   ShardCursor data_cursor;
   int64_t generation_step = 0;
   int64_t iteration = 0;    // μ pass within the cycle
   int64_t micro_batch = 0;  // micro-batch within the pass
+  int64_t num_prompts = 0;  // rows of data.path the run drew from (0: not recorded)
+  SegmentStart segment;     // where the segment that took this checkpoint began
+
+  bool mid_cycle() const { return iteration != 0 || micro_batch != 0; }
 
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& json, const std::string& where);
-  // InputError naming `where` when this state cannot resume here: another world size or config in
-  // the middle of a generation cycle or accumulation, or a step beyond max_micro_steps.
-  void check_resumable(const std::string& where, int64_t world_size, const std::string& config_hash,
-                       bool mid_cycle, bool mid_accumulation, int64_t max_micro_steps, int64_t max_steps) const;
+  // InputError naming `where` when this state cannot resume here: another world size in the middle of
+  // a generation cycle or accumulation, or a step beyond max_steps.
+  void check_resumable(const std::string& where, int64_t world_size, bool mid_accumulation, int64_t max_steps) const;
 };
 
 struct RankState {

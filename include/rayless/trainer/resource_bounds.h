@@ -1,0 +1,44 @@
+// What a run asks of the model and the machine, checked before anything is loaded or written: the
+// positions a sequence may reach against what the model is made for, and a lower bound of the memory
+// a rank will hold (weights, gradients, AdamW moments, the KV cache of a generation, the activations
+// of a training micro-batch) against the memory the rank has (runtime/available_memory.h).
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rayless/base/config.h"
+#include "rayless/model/model.h"
+#include "rayless/runtime/available_memory.h"
+
+namespace rayless {
+
+// The positions the model is made for, as vLLM derives a model's maximum length from config.json:
+// max_position_embeddings, times the RoPE scaling factor for linear, dynamic and yarn scaling (yarn
+// from original_max_position_embeddings when given); llama3's max_position_embeddings is already
+// the scaled length.
+int64_t position_limit(const ModelArchConfig& arch);
+
+// rayless train and config check: data.max_prompt_length + generation.max_completion_length beyond
+// position_limit is an InputError naming both keys and `model_dir`'s config.json.
+void check_training_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir);
+
+struct MemoryEstimate {
+  std::vector<std::pair<std::string, int64_t>> parts;  // what, bytes
+  int64_t total() const;
+  std::string describe() const;  // "KV cache 4.1 TiB, weights 8.4 MiB, ..." (largest first)
+};
+
+// A lower bound of what one rank of `rayless train` holds at its peak.
+MemoryEstimate training_memory(const Config& config, const ModelArchConfig& arch, int64_t world_size);
+// What one generation of `rows` sequences of up to `positions` tokens holds (weights included).
+MemoryEstimate generation_memory(const ModelArchConfig& arch, torch::Dtype dtype, int64_t rows, int64_t positions);
+
+// InputError, one line, when `estimate` is above `available` (nothing when available is unknown).
+void check_memory_fits(const MemoryEstimate& estimate, const AvailableMemory& available, const std::string& what,
+                       const std::string& remedy);
+
+}  // namespace rayless

@@ -1,0 +1,111 @@
+#include "rayless/trainer/resource_bounds.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "rayless/base/error.h"
+
+namespace rayless {
+namespace {
+
+int64_t element_bytes(torch::Dtype dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
+
+// a * b * ..., saturating at int64's maximum (a length of 10^9 must not wrap around)
+int64_t product(std::initializer_list<int64_t> factors) {
+  long double p = 1;
+  for (int64_t f : factors) p *= static_cast<long double>(std::max<int64_t>(f, 0));
+  return p >= static_cast<long double>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                             : static_cast<int64_t>(p);
+}
+
+int64_t kv_cache_bytes(const ModelArchConfig& arch, int64_t element, int64_t rows, int64_t positions) {
+  return product({2, arch.num_hidden_layers, arch.num_key_value_heads, arch.head_dim, positions, rows, element});
+}
+
+}  // namespace
+
+int64_t position_limit(const ModelArchConfig& arch) {
+  const RopeConfig& rope = arch.rope;
+  switch (rope.type) {
+    case RopeType::Linear:
+    case RopeType::Dynamic:
+      return static_cast<int64_t>(static_cast<double>(arch.max_position_embeddings) * rope.factor);
+    case RopeType::Yarn: {
+      const int64_t base = rope.original_max_position_embeddings > 0 ? rope.original_max_position_embeddings
+                                                                     : arch.max_position_embeddings;
+      return std::max(arch.max_position_embeddings, static_cast<int64_t>(static_cast<double>(base) * rope.factor));
+    }
+    default: return arch.max_position_embeddings;
+  }
+}
+
+void check_training_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir) {
+  const int64_t limit = position_limit(arch);
+  const int64_t wanted = config.data.max_prompt_length + config.generation.max_completion_length;
+  inputCheck(limit <= 0 || wanted <= limit, "data.max_prompt_length ", config.data.max_prompt_length,
+             " + generation.max_completion_length ", config.generation.max_completion_length, " = ", wanted,
+             " positions, more than the ", limit, " the model is made for (", model_dir,
+             "/config.json: max_position_embeddings ", arch.max_position_embeddings,
+             arch.rope.type == RopeType::Default || arch.rope.type == RopeType::Llama3 ? std::string()
+                                                                                      : str(", rope_scaling ", RopeConfig::name(arch.rope.type)),
+             "): lower them");
+}
+
+int64_t MemoryEstimate::total() const {
+  int64_t sum = 0;
+  for (const auto& [what, bytes] : parts) sum = std::numeric_limits<int64_t>::max() - sum < bytes ? std::numeric_limits<int64_t>::max() : sum + bytes;
+  return sum;
+}
+
+std::string MemoryEstimate::describe() const {
+  auto sorted = parts;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (const auto& [what, bytes] : sorted)
+    if (bytes > 0) out += str(out.empty() ? "" : ", ", what, " ", bytes_text(static_cast<double>(bytes)));
+  return out;
+}
+
+MemoryEstimate training_memory(const Config& c, const ModelArchConfig& arch, int64_t world_size) {
+  const torch::Dtype dtype = torch_dtype_of(c.model.dtype);
+  const int64_t element = element_bytes(dtype);
+  // under train.bf16 the activations and the generation's keys and values are bfloat16
+  const int64_t activation = c.train.bf16 && element > 2 ? 2 : element;
+  const int64_t parameters = arch.num_parameters();
+  const int64_t positions = c.data.max_prompt_length + c.generation.max_completion_length;
+  const int64_t generation_rows = c.train.per_device_train_batch_size * c.effective_steps_per_generation(world_size);
+  const int64_t micro_rows = c.train.per_device_train_batch_size;
+  MemoryEstimate e;
+  e.parts.push_back({"weights", product({parameters, element, c.grpo.beta > 0 && !c.lora.enabled ? 2 : 1})});
+  if (!c.lora.enabled) {  // adapters are small next to the rest
+    const int64_t shards = world_size > 0 ? world_size : 1;
+    e.parts.push_back({"gradients", product({parameters, element}) / (c.distributed.zero_stage >= 2 ? shards : 1)});
+    e.parts.push_back({"AdamW moments", product({2, parameters, element}) / (c.distributed.zero_stage >= 1 ? shards : 1)});
+  }
+  e.parts.push_back({str("KV cache (", generation_rows, " rows x ", positions, " positions)"),
+                     kv_cache_bytes(arch, activation, generation_rows, positions)});
+  // backward keeps at least every layer's input of a micro-batch, and the LM head one chunk of logits
+  e.parts.push_back({str("activations (", micro_rows, " rows x ", positions, " positions)"),
+                     product({arch.num_hidden_layers + 1, micro_rows, positions, arch.hidden_size, activation}) +
+                         product({std::min(product({micro_rows, positions}), c.grpo.logprob_chunk_size), arch.vocab_size, 4})});
+  return e;
+}
+
+MemoryEstimate generation_memory(const ModelArchConfig& arch, torch::Dtype dtype, int64_t rows, int64_t positions) {
+  MemoryEstimate e;
+  e.parts.push_back({"weights", product({arch.num_parameters(), element_bytes(dtype)})});
+  e.parts.push_back({str("KV cache (", rows, " rows x ", positions, " positions)"),
+                     kv_cache_bytes(arch, element_bytes(dtype), rows, positions)});
+  e.parts.push_back({"logits", product({rows, arch.vocab_size, 4})});
+  return e;
+}
+
+void check_memory_fits(const MemoryEstimate& estimate, const AvailableMemory& available, const std::string& what,
+                       const std::string& remedy) {
+  if (available.bytes < 0 || estimate.total() <= available.bytes) return;
+  throw InputError(str(what, " needs at least ", bytes_text(static_cast<double>(estimate.total())), " (",
+                       estimate.describe(), ") and has ", bytes_text(static_cast<double>(available.bytes)), " (",
+                       available.source, "): ", remedy));
+}
+
+}  // namespace rayless

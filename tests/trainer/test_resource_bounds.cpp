@@ -1,0 +1,61 @@
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+#include "rayless/base/config.h"
+#include "rayless/base/error.h"
+#include "rayless/trainer/resource_bounds.h"
+
+using namespace rayless;
+
+namespace {
+ModelArchConfig arch_from(const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"model_type", "qwen2"}, {"vocab_size", 272}, {"hidden_size", 256}, {"intermediate_size", 704},
+                      {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                      {"max_position_embeddings", 2048}, {"tie_word_embeddings", true}};
+  j.update(extra);
+  return ModelArchConfig::from_json(j, "config.json");
+}
+}  // namespace
+
+TEST_CASE("position_limit: max_position_embeddings, scaled as vLLM derives a model's length") {
+  CHECK(position_limit(arch_from()) == 2048);
+  CHECK(position_limit(arch_from({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}})) == 4096);
+  CHECK(position_limit(arch_from({{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}}})) == 8192);
+  CHECK(position_limit(arch_from({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}}}})) == 4096);
+  CHECK(position_limit(arch_from({{"max_position_embeddings", 8192},
+                                  {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                                    {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}}}})) == 8192);
+}
+
+TEST_CASE("check_training_positions: prompt + completion beyond the model's positions is refused, naming both keys") {
+  Config c;
+  c.data.max_prompt_length = 48;
+  c.generation.max_completion_length = 2000;
+  CHECK_NOTHROW(check_training_positions(c, arch_from(), "m"));
+  c.generation.max_completion_length = 2001;
+  CHECK_THROWS_WITH(check_training_positions(c, arch_from(), "m"),
+                    "data.max_prompt_length 48 + generation.max_completion_length 2001 = 2049 positions, more than the "
+                    "2048 the model is made for (m/config.json: max_position_embeddings 2048): lower them");
+}
+
+TEST_CASE("memory estimates: the KV cache and weights by hand, saturating instead of wrapping, refused in one line") {
+  const ModelArchConfig arch = arch_from();
+  const MemoryEstimate g = generation_memory(arch, torch::kFloat32, 3, 100);
+  // 2 (k, v) x 4 layers x 2 kv heads x 64 dims x 100 positions x 3 rows x 4 bytes
+  CHECK(g.parts[1].second == 2 * 4 * 2 * 64 * 100 * 3 * 4);
+  CHECK(g.parts[0].second == arch.num_parameters() * 4);
+  const MemoryEstimate huge = generation_memory(arch, torch::kFloat32, 1, std::numeric_limits<int64_t>::max() / 2);
+  CHECK(huge.total() == std::numeric_limits<int64_t>::max());
+  Config c;
+  c.train.bf16 = false;
+  c.train.per_device_train_batch_size = 4;
+  c.grpo.steps_per_generation = 2;
+  const MemoryEstimate t = training_memory(c, arch, 2);
+  CHECK(t.total() > g.parts[0].second * 4);  // weights, gradients and two moments at least
+  CHECK_NOTHROW(check_memory_fits(t, {t.total(), "enough"}, "a rank", "less"));
+  CHECK_NOTHROW(check_memory_fits(t, {}, "a rank", "less"));  // unknown: nothing refused
+  CHECK_THROWS_WITH(check_memory_fits(g, {1024, "host MemAvailable 1.0 KiB"}, "generate", "lower --max-new-tokens"),
+                    Catch::StartsWith("generate needs at least ") && Catch::Contains("(weights 11.5 MiB, KV cache (3 rows x 100 positions) 1.2 MiB, logits 3.2 KiB)") &&
+                        Catch::EndsWith("and has 1.0 KiB (host MemAvailable 1.0 KiB): lower --max-new-tokens"));
+}
