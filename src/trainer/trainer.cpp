@@ -174,9 +174,12 @@ LoraSettings Trainer::lora_settings() const {
 // ---------------------------------------------------------------------------------------------------
 // The loop.
 int Trainer::run() {
-  // SIGUSR1/SIGTERM/SIGINT become a checkpoint request while the loop runs (checkpoint.save_on_signal)
+  // SIGUSR1/SIGTERM/SIGINT become a checkpoint request while the loop runs (checkpoint.save_on_signal);
+  // one that came while the trainer was made (rayless train holds them from its start) is acted on
+  // at the first micro-step boundary
   std::optional<StopSignalScope> stop_signals;
   if (cfg_.checkpoint.save_on_signal) stop_signals.emplace();
+  else release_stop_signals();
   // a new run never mixes with an old one: resume it, move it aside (--overwrite), or stop (exit 2)
   const std::optional<fs::path> resume_from =
       prepare_run_directory(*comm_, output_dir_, options_.resume, options_.overwrite);
