@@ -4,6 +4,7 @@
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/base/config_paths.h"
+#include "rayless/base/log.h"
 #include "rayless/model/model.h"
 #include "rayless/trainer/resource_bounds.h"
 
@@ -55,8 +56,10 @@ int config(const Args& args) {
     return 0;
   }
   // lengths the model cannot hold are refused here too, as `rayless train` refuses them at start
-  if (std::filesystem::exists(std::filesystem::path(cfg.model.path) / "config.json"))
-    check_training_positions(cfg, load_model_config(cfg.model.path), cfg.model.path);
+  if (std::filesystem::exists(std::filesystem::path(cfg.model.path) / "config.json")) {
+    const std::string warning = check_configured_positions(cfg, load_model_config(cfg.model.path), cfg.model.path);
+    if (!warning.empty()) log_warn(str(file, ": ", warning));
+  }
   // every path that names nothing, one line each, so a job is not queued for hours to fail at start
   const std::vector<std::string> problems = skip_paths ? std::vector<std::string>{} : missing_config_paths(cfg);
   for (const std::string& problem : problems) print_error(str(file, ": ", problem));

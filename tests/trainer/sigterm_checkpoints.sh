@@ -48,9 +48,10 @@ checkpointed() {
   latest=$(cat "$1/checkpoints/latest" 2>/dev/null) && [ -f "$1/checkpoints/$latest/model.safetensors" ] && echo yes || echo no
 }
 long=(--set train.max_steps=200 --set checkpoint.save_steps=1000)
-# a first micro-step of several seconds (64 completions of up to 128 tokens to generate)
-slow_steps=(--set train.max_steps=200 --set checkpoint.save_steps=1000 --set generation.max_completion_length=128
-            --set train.per_device_train_batch_size=16)
+# a first micro-step of several seconds (32 completions a rank, of up to 1024 tokens; at 16 x 128
+# a fast machine ended the step within mpirun's one second and checkpointed)
+slow_steps=(--set train.max_steps=200 --set checkpoint.save_steps=1000 --set generation.max_completion_length=1024
+            --set train.per_device_train_batch_size=32)
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # (1) the launcher script, SIGTERM after step 1
