@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace rayless {
 

@@ -4,7 +4,7 @@
 #include "rayless/agent/tool_chat.h"
 
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/prompt_builder.h"
 
 namespace rayless {

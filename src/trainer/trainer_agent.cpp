@@ -11,7 +11,7 @@
 #include "rayless/agent/tool_chat.h"
 #include "rayless/agent/tool_workers.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/trainer/step_metrics.h"
@@ -87,7 +87,7 @@ GenerateTurn Trainer::sampler_turns(const SamplingParams& params, torch::Generat
     SamplingParams p = params;
     p.num_generations = 1;  // each row continues its own conversation
     p.max_new_tokens = max_new_tokens;
-    AutocastScope autocast(cfg_.train.bf16, device_);
+    ops::AutocastScope autocast(cfg_.train.bf16, device_);
     return turn_output(generate(policy_, prompts, p, generator, tokenizer_.get()));
   };
 }

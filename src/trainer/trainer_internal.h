@@ -10,7 +10,7 @@
 #include "rayless/agent/agent_rollout.h"
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/autocast_scope.h"
+#include "rayless/ops/autocast_scope.h"
 #include "rayless/sampler/sampler.h"
 
 namespace rayless::trainer_detail {

@@ -10,7 +10,7 @@
 #include "rayless/agent/tool_chat.h"
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/prompt_builder.h"
 
 using namespace rayless;
