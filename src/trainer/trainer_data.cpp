@@ -11,7 +11,7 @@
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/chat_template.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
