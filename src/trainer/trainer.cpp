@@ -6,6 +6,8 @@
 #include <csignal>
 #include <optional>
 
+#include "rayless/agent/tool_chat.h"
+#include "rayless/agent/tool_workers.h"
 #include "rayless/ops/kernel_plan.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/failure_message.h"
@@ -91,6 +93,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   prompt_format_ = prompt_format_from_config(cfg_.tokenizer, cfg_.model.path);
   // reward models run on the rank's device in the policy's dtype
   rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
+  start_agent();  // tool and environment workers; their tools join the prompts (before the lengths are checked)
   // every row checked now (prompt length after the template, what the rewards need), not hours in;
   // the rows stay in their files, read through an index when they are drawn
   const auto data_start = Clock::now();
@@ -103,6 +106,12 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     longest_prompt = std::max(longest_prompt, longest_eval_prompt);
     if (cfg_.eval.max_samples > 0) eval_dataset_.limit(cfg_.eval.max_samples);
   }
+  if (tool_chat_)  // TRL runs tools only for conversational prompts
+    for (const PromptDataset* d : {&dataset_, &eval_dataset_})
+      for (const PromptRow& row : d->rows)
+        inputCheck(row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), d->path, ":", row.line,
+                   ": tools and environments need conversational prompts (a \"", cfg_.data.messages_field,
+                   "\" list, or set tokenizer.chat_template to wrap plain text as a user message)");
   const double data_seconds = seconds_since(data_start);
   check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
   shard_spec_.num_prompts = dataset_.size();
@@ -294,12 +303,14 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
   if (batch.ref_logps.defined()) in.ref_per_token_logps = batch.ref_logps.index_select(0, rows).to(device_);
   in.advantages = batch.advantages.index_select(0, rows).to(device_);
-  in.completion_mask = completion_mask;
+  // the loss and the ratio count the model's own tokens only (TRL: completion_mask x tool_mask)
+  in.completion_mask = batch.tool_mask.defined() ? completion_mask * batch.tool_mask.index_select(0, rows).to(device_)
+                                                 : completion_mask;
   in.entropies = current.entropies.detach().to(logp_dtype_);
   in.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
   StepMetrics threshold;
   if (cfg_.grpo.top_entropy_quantile < 1.0)
-    in.entropy_mask = entropy_mask_of(in.entropies, completion_mask, batch.generation_step, threshold);
+    in.entropy_mask = entropy_mask_of(in.entropies, in.completion_mask, batch.generation_step, threshold);
   const LossOutput out = compute_loss(in, loss_settings_);
   const torch::Tensor loss = hooks_.loss ? hooks_.loss(out.loss, micro_step_) : out.loss;
   loss.backward();

@@ -36,6 +36,9 @@ struct Rollouts {
   torch::Tensor completion_mask;     // bool [T]: 1 = token counts (up to and including EOS)
   torch::Tensor ref_logps;           // float32/float64 [T] when beta > 0, else undefined
   torch::Tensor truncated;           // bool [N]: hit max_completion_length without EOS
+  // runs with tools or an environment (undefined / empty otherwise):
+  torch::Tensor tool_mask;           // bool [T]: 1 = the model wrote the token, 0 = a tool or the environment did
+  std::vector<std::string> conversations;  // [N] JSON: messages, turns, tool calls (docs/rollout-format.md)
 
   int64_t size() const { return group_index.defined() ? group_index.size(0) : 0; }
   // Checks shapes, dtypes and offsets; InputError naming the first problem (`where` prefixes it).

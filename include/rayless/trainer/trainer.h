@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "rayless/agent/agent_rollout.h"
 #include "rayless/base/config.h"
 #include "rayless/ops/ops.h"
 #include "rayless/grpo/loss.h"
@@ -39,10 +40,13 @@ class DataParallel;
 class MetricsLog;
 class Optimizer;
 class ReplaySource;
+struct ReplayedGeneration;
 class RewardSet;
 class Runtime;
 class TensorBoardWriter;
 class Tokenizer;
+class ToolChat;
+class ToolWorkers;
 struct AdvantageOutput;
 
 struct TrainOptions {
@@ -90,12 +94,16 @@ class Trainer {
     std::vector<nlohmann::json> fields;  // dataset rows (for rewards)
     std::vector<std::string> completion_texts;  // decoded by score()
     GenerationOutput sampled;            // the sampler's log-probs and entropies (undefined when replayed)
+    // runs with tools or an environment: each row's conversation (messages, turns) and call counts
+    std::vector<AgentRollout> rollouts;
   };
 
   // generation (trainer_generation.cpp)
   Generation generate_and_score(int64_t generation_step);
   Drawn draw_sampled(int64_t generation_step);
   Drawn draw_replayed(int64_t generation_step);
+  Drawn draw_replayed_turns(Drawn drawn, const ReplayedGeneration& g, int64_t generation_step,
+                            const std::vector<std::string>& where);
   void add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where);
   void take_sampled(Drawn& drawn, int64_t step);
   RolloutAttrs store_attrs(int64_t num_generations) const;
@@ -114,6 +122,17 @@ class Trainer {
   PromptDataset open_checked_dataset(const std::string& path, const std::string& key, bool& checked_now,
                                      int64_t& longest_prompt);
   std::string dataset_check_fingerprint() const;
+
+  // tools and environments (trainer_agent.cpp)
+  void start_agent();
+  // reset(**row) of environment instance i for row i; the observation joins the row's last message
+  void reset_environments(std::vector<PromptRow>& rows, const std::vector<std::string>& where);
+  // the multi-turn tool loop after each row's first turn; the batch's completion tensors from its rollouts
+  void roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate, const std::vector<std::string>& where);
+  GenerateTurn sampler_turns(const SamplingParams& params, torch::Generator& generator);
+  GenerateTurn replayed_turns(const std::vector<std::vector<std::vector<int64_t>>>& turns, std::vector<size_t>& next,
+                              const std::string& where);
+  StepMetrics tool_metrics(const Drawn& drawn) const;
 
   // evaluation (trainer_eval.cpp)
   bool eval_due() const;
@@ -169,6 +188,8 @@ class Trainer {
   PromptDataset dataset_;
   std::unique_ptr<RewardSet> rewards_;
   std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
+  std::unique_ptr<ToolWorkers> tool_workers_;  // [tools.NAME] and [environment] workers (agentic runs)
+  std::unique_ptr<ToolChat> tool_chat_;        // the chat template's tool calls and results
   std::unique_ptr<MetricsLog> metrics_log_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard
   PromptDataset eval_dataset_;                      // eval.path (empty: no evaluation)
