@@ -106,12 +106,13 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     longest_prompt = std::max(longest_prompt, longest_eval_prompt);
     if (cfg_.eval.max_samples > 0) eval_dataset_.limit(cfg_.eval.max_samples);
   }
-  if (tool_chat_)  // TRL runs tools only for conversational prompts
+  if (tool_chat_)  // TRL runs tools only for conversational prompts (the files read once more, streaming)
     for (const PromptDataset* d : {&dataset_, &eval_dataset_})
-      for (const PromptRow& row : d->rows)
-        inputCheck(row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), d->path, ":", row.line,
+      d->scan(0, d->lines(), [&](int64_t, const PromptRow& row, const std::string& where, const std::string& problem) {
+        inputCheck(!problem.empty() || row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), where,
                    ": tools and environments need conversational prompts (a \"", cfg_.data.messages_field,
                    "\" list, or set tokenizer.chat_template to wrap plain text as a user message)");
+      });
   const double data_seconds = seconds_since(data_start);
   check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
   shard_spec_.num_prompts = dataset_.size();
