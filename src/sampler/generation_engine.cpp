@@ -57,6 +57,7 @@ class Engine {
                "generate: row_max_new_tokens has ", params.row_max_new_tokens.size(), " entries for ", N_, " rows");
     for (const auto& p : prompts) max_prompt_ = std::max(max_prompt_, static_cast<int64_t>(p.size()));
     greedy_ = params.greedy || params.temperature == 0.0;
+    end_token_ = params.eos_ids.empty() ? params.pad_id : params.eos_ids.front();
     penalty_ = params.repetition_penalty != 1.0;
     const bool single_wave = model->config().rope.type == RopeType::Dynamic;
     settings_ = resolve_engine_settings(params, N_, device_, single_wave);
@@ -130,6 +131,7 @@ class Engine {
       out_entropies_ = torch::zeros({N_ + 1, T_ + 1}, on_device(torch::kFloat32));
     }
     eos_end_ = torch::zeros({N_ + 1}, on_device(torch::kLong));
+    out_nonfinite_ = torch::zeros({N_ + 1}, on_device(torch::kBool));
     eos_ = torch::tensor(params_.eos_ids.empty() ? std::vector<int64_t>{-1} : params_.eos_ids, torch::kLong).to(device_);
     if (!greedy_) {
       uniforms_ = torch::zeros({N_ + 1, T_ + 1}, torch::kFloat32);
@@ -299,10 +301,15 @@ class Engine {
       const auto columns = torch::arange(max_prompt_ + T_, on_device(torch::kLong)).view({1, -1});
       ids_so_far = torch::where(columns < (steps + max_prompt_).view({-1, 1}), ids, ids.narrow(1, max_prompt_ - 1, 1));
     }
-    const auto processed = process_logits(scores, ids_so_far, params_);
+    // A row whose logits are not all finite (a policy that diverged) cannot be sampled: it ends at this
+    // step with the end token and is marked in nonfinite (the trainer's guard then leaves the step out,
+    // nonfinite_guard.h); its logits are zeroed first so that the others sample on.
+    const auto bad = torch::isfinite(scores).all(-1).logical_not();
+    const auto processed = process_logits(scores.masked_fill(bad.unsqueeze(1), 0.0), ids_so_far, params_);
     const auto column = steps.clamp_max(T_);
-    const auto token = greedy_ ? processed.argmax(-1)
-                               : sample_inverse_cdf(processed.softmax(-1), uniforms_.index({rows, column}));
+    const auto sampled = greedy_ ? processed.argmax(-1)
+                                 : sample_inverse_cdf(processed.softmax(-1), uniforms_.index({rows, column}));
+    const auto token = torch::where(bad, torch::full_like(sampled, end_token_), sampled);
     // finished slots write to the dummy row
     const auto active = done.logical_not();
     const auto target = torch::where(active, rows, torch::full_like(rows, N_));
@@ -314,7 +321,8 @@ class Engine {
       // 0 * -inf counts 0
       out_entropies_.index_put_({target, column}, -(log_probs.exp() * log_probs).nan_to_num(0.0).sum(-1));
     }
-    const auto hit = torch::isin(token, eos_) & active;
+    const auto hit = (torch::isin(token, eos_) | bad) & active;
+    out_nonfinite_.index_put_({torch::where(bad & active, rows, torch::full_like(rows, N_))}, torch::ones_like(bad));
     eos_end_.index_put_({torch::where(hit, rows, torch::full_like(rows, N_))}, column + 1);
     done.logical_or_(hit);
     if (penalty_)
@@ -406,6 +414,8 @@ class Engine {
         out.entropies = torch::where(mask, written(out_entropies_), torch::zeros({N_, width}, torch::kFloat32));
       }
     }
+    out.nonfinite = out_nonfinite_.defined() ? out_nonfinite_.narrow(0, 0, N_).to(torch::kCPU)
+                                             : torch::zeros({N_}, torch::kBool);
     out.stats = stats_;
     return out;
   }
@@ -430,7 +440,8 @@ class Engine {
   std::optional<DecodeGraphs> graphs_;        // CUDA only
 
   // outputs on the device, [N + 1, T + 1] (a dummy row and column)
-  torch::Tensor out_ids_, out_logprobs_, out_entropies_, eos_end_, eos_, uniforms_;
+  torch::Tensor out_ids_, out_logprobs_, out_entropies_, eos_end_, eos_, uniforms_, out_nonfinite_;
+  int64_t end_token_ = 0;  // what a row whose logits are not finite ends with: the first EOS id, else pad
 
   // the host's record of each row
   std::vector<int64_t> row_end_;  // tokens kept

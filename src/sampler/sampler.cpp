@@ -61,7 +61,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     out = run_generation_engine(model, prompts, params, stream, tokenizer);
   }
   for (torch::Tensor* t : {&out.prompt_ids, &out.prompt_mask, &out.completion_ids, &out.completion_mask, &out.truncated, &out.logprobs,
-                          &out.entropies})
+                          &out.entropies, &out.nonfinite})
     if (t->defined()) *t = t->clone();
   return out;
 }
