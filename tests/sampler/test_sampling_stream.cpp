@@ -30,7 +30,7 @@ TEST_CASE("sampling uniforms are a function of (key, global row, position) alone
   CHECK(sampling_stream(7, 3, "sample", 64).first_row == 64);
 }
 
-TEST_CASE("sampling uniforms are uniform on [0, 1) and uncorrelated across rows and positions") {
+TEST_CASE("sampling uniforms lie in 0 to 1, 1 excluded, and are uncorrelated across rows and positions") {
   const int64_t rows = 400, tokens = 400;  // 160,000 numbers
   const auto u = sampling_uniforms(SamplingStream(99), rows, tokens).to(torch::kFloat64);
   CHECK(u.min().item<double>() >= 0.0);
