@@ -2,28 +2,57 @@
 #include "rayless/sampler/generation_engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "rayless/base/error.h"
 #include "rayless/base/log.h"
+#include "rayless/ops/autocast_scope.h"
+#include "rayless/runtime/available_memory.h"
 #include "rayless/sampler/decode_graphs.h"
 
 namespace rayless {
 
+int64_t auto_slots(int64_t slot_bytes, int64_t available_bytes, int64_t rows) {
+  rows = std::max<int64_t>(1, rows);
+  if (available_bytes < 0 || slot_bytes <= 0) return rows;
+  const long double fit = kSlotMemoryShare * static_cast<long double>(available_bytes) / static_cast<long double>(slot_bytes);
+  return std::max<int64_t>(1, fit >= static_cast<long double>(rows) ? rows : static_cast<int64_t>(fit));
+}
+
+int64_t slot_bytes(const ModelArchConfig& arch, torch::Dtype cache_dtype, int64_t positions) {
+  const long double kv = 2.0L * static_cast<long double>(arch.num_hidden_layers) * static_cast<long double>(arch.num_key_value_heads) *
+                         static_cast<long double>(arch.head_dim) * static_cast<long double>(positions) *
+                         static_cast<long double>(c10::elementSize(cache_dtype));
+  const long double bytes = kv + 4.0L * static_cast<long double>(arch.vocab_size);
+  return bytes >= static_cast<long double>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                                 : static_cast<int64_t>(bytes);
+}
+
 EngineSettings resolve_engine_settings(const SamplingParams& params, int64_t rows, const torch::Device& device,
-                                       bool single_wave) {
+                                       bool single_wave, const SlotMemory& memory) {
   inputCheck(params.slots >= 0, "generation.slots = ", params.slots, " is not allowed: expected 0 (auto) or more");
   inputCheck(params.prefill_chunk >= 0, "generation.prefill_chunk = ", params.prefill_chunk,
              " is not allowed: expected 0 (auto) or more");
   inputCheck(params.sync_interval >= 0, "generation.sync_interval = ", params.sync_interval,
              " is not allowed: expected 1 or more");
   EngineSettings s;
-  s.slots = std::max<int64_t>(1, params.slots > 0 ? std::min(params.slots, rows) : rows);
+  if (params.slots > 0) {
+    s.slots = std::max<int64_t>(1, std::min(params.slots, rows));
+    s.slots_reason = str("generation.slots = ", params.slots);
+  } else {
+    s.slots = auto_slots(memory.slot_bytes, memory.available_bytes, rows);
+    s.slots_reason = memory.available_bytes < 0
+                         ? std::string("generation.slots auto, the memory there is not known: every row")
+                         : str("generation.slots auto: ", bytes_text(static_cast<double>(memory.slot_bytes)),
+                               " of KV cache and logits per slot in half of ", memory.source);
+  }
   s.prefill_chunk = params.prefill_chunk;
   s.sync_interval = params.sync_interval > 0 ? params.sync_interval : (device.is_cpu() ? 1 : 8);
   if (single_wave) {
     s.slots = std::max<int64_t>(1, rows);
     s.prefill_chunk = 0;
+    s.slots_reason = "dynamic RoPE: every row in one wave";
   }
   return s;
 }
@@ -60,8 +89,13 @@ class Engine {
     end_token_ = params.eos_ids.empty() ? params.pad_id : params.eos_ids.front();
     penalty_ = params.repetition_penalty != 1.0;
     const bool single_wave = model->config().rope.type == RopeType::Dynamic;
-    settings_ = resolve_engine_settings(params, N_, device_, single_wave);
+    settings_ = resolve_engine_settings(params, N_, device_, single_wave, slot_memory());
     stats_.slots = settings_.slots;
+    // the slot count when it changes (a single row, `rayless generate`'s, needs no line)
+    static int64_t said_slots = -1, said_rows = -1;
+    if (N_ > 1 && (settings_.slots != said_slots || N_ != said_rows))
+      log_info(str("generation: ", settings_.slots, " decode slot(s) for ", N_, " rows (", settings_.slots_reason, ")"));
+    if (N_ > 1) said_slots = settings_.slots, said_rows = N_;
     // CUDA graphs: on a CUDA device when this build has them (dynamic RoPE reads its length on the host)
     inputCheck(params.cuda_graphs == "auto" || params.cuda_graphs == "on" || params.cuda_graphs == "off",
                "generation.cuda_graphs = \"", params.cuda_graphs, "\" is not allowed: expected auto, on or off");
@@ -107,6 +141,17 @@ class Engine {
   }
 
  private:
+  // generation.slots = "auto": a slot's bytes at this generation's lengths, against the memory there
+  // is (on the CPU shared by the ranks of the node), measured once per process: later generations
+  // find the earlier ones' memory held by the caching allocator and would count it as taken.
+  SlotMemory slot_memory() const {
+    if (params_.slots > 0) return {};
+    const auto cache_dtype = ops::autocast_compute_dtype(device_.type(), model_->dtype());
+    static std::optional<AvailableMemory> measured;
+    if (!measured) measured = available_memory(device_, std::max(1, params_.ranks_on_node));
+    return {slot_bytes(model_->config(), cache_dtype, max_prompt_ + T_), measured->bytes, measured->source};
+  }
+
   // the most tokens row `row` may have
   int64_t limit(int64_t row) const {
     return params_.row_max_new_tokens.empty() ? T_

@@ -60,6 +60,7 @@ StepMetrics Trainer::evaluate() {
     SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
     params.num_generations = per_row ? 1 : G;
     params.greedy = params.greedy || cfg_.eval.greedy;
+    params.ranks_on_node = runtime_.local_size();
     // a row's global index: its prompt's place in the eval set, then its generation
     SamplingStream stream = sampling_stream(cfg_.train.seed, optimizer_step_, "eval");
     for (int64_t i = rank; i < eval_dataset_.size(); i += world)

@@ -116,6 +116,7 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step) {
   SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
   params.num_generations = whole_groups ? G : 1;
   params.return_logprobs = !needs_old_logps_;
+  params.ranks_on_node = runtime_.local_size();
   // row i of this rank is row rank x N + i of the global batch: its tokens depend on that index, not
   // on the rank or the batch that runs it
   const SamplingStream stream = sampling_stream(cfg_.train.seed, generation_step, "sample", rank * N);

@@ -213,6 +213,46 @@ TEST_CASE("engine: bad settings are refused with the key named") {
   CHECK(resolve_engine_settings(p, 2, torch::kCPU, false).slots == 2);
 }
 
+// generation.slots = "auto": the slots whose KV cache and logits fit in half of the memory, counted
+// per slot from the model's config (checked against the keys and values a prefill really holds).
+TEST_CASE("engine: generation.slots auto is what fits in half of the memory, at most the rows") {
+  CHECK(auto_slots(100, 1000, 16) == 5);                  // half of 1000 bytes, 100 each
+  CHECK(auto_slots(100, 1199, 16) == 5);                  // whole slots only
+  CHECK(auto_slots(100, int64_t{1} << 40, 16) == 16);     // never more than the rows
+  CHECK(auto_slots(100, 10, 16) == 1);                    // at least one
+  CHECK(auto_slots(100, -1, 16) == 16);                   // memory not known: every row
+
+  CausalLM model = tiny_model();
+  const ModelArchConfig& arch = model->config();
+  const int64_t positions = 10;
+  KVCache cache;
+  {
+    c10::InferenceMode inference;
+    auto [ids, mask] = left_pad({std::vector<int64_t>(positions, 7)}, 256);
+    model->forward_hidden(ids, mask, {}, &cache);
+  }
+  int64_t cache_bytes = 0;
+  for (size_t l = 0; l < cache.keys.size(); ++l)
+    cache_bytes += static_cast<int64_t>(cache.keys[l].nbytes() + cache.values[l].nbytes());
+  REQUIRE(cache_bytes > 0);
+  const int64_t logits_bytes = 4 * arch.vocab_size;
+  CHECK(slot_bytes(arch, torch::kFloat32, positions) == cache_bytes + logits_bytes);
+  CHECK(slot_bytes(arch, torch::kBFloat16, positions) == cache_bytes / 2 + logits_bytes);
+
+  SamplingParams p;
+  const SlotMemory memory{100, 600, "test memory"};
+  const auto fitted = resolve_engine_settings(p, 8, torch::kCPU, false, memory);
+  CHECK(fitted.slots == 3);
+  CHECK_THAT(fitted.slots_reason, Catch::Contains("generation.slots auto") && Catch::Contains("test memory"));
+  CHECK(resolve_engine_settings(p, 8, torch::kCPU, /*single_wave=*/true, memory).slots == 8);
+  p.slots = 5;  // a count given is taken as it is
+  CHECK(resolve_engine_settings(p, 8, torch::kCPU, false, memory).slots == 5);
+
+  // end to end: this machine has room for the tiny model's 12 rows
+  const auto out = generate(model, kPrompts, varied_lengths(true), SamplingStream(3));
+  CHECK(out.stats.slots == 12);
+}
+
 TEST_CASE("engine: decode steps in the shapes CUDA graphs replay give the same rows") {
   CausalLM model = tiny_model(9);
   for (const bool greedy : {false, true}) {

@@ -19,23 +19,42 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "rayless/sampler/sampler.h"
 
 namespace rayless {
 
+// What a slot costs and what memory there is for slots, for generation.slots = "auto".
+struct SlotMemory {
+  int64_t slot_bytes = 0;        // one slot's keys and values over every position, and its row of logits
+  int64_t available_bytes = -1;  // -1: not known (then every row gets a slot)
+  std::string source;            // where available_bytes comes from (available_memory.h)
+};
+
 // The settings one generation runs with, resolved from SamplingParams for a device and a batch.
 struct EngineSettings {
   int64_t slots = 1;
   int64_t prefill_chunk = 0;  // 0 = every admitted prompt in one pass
   int64_t sync_interval = 1;
+  std::string slots_reason;   // how the slot count was chosen, for the log line
 };
-// slots 0 -> every row (capped by rows); sync interval 0 -> 1 on the CPU (a look at the flags costs
+// slots 0 -> auto_slots (memory); sync interval 0 -> 1 on the CPU (a look at the flags costs
 // nothing there and refills sooner), 8 elsewhere; single_wave (dynamic RoPE) -> slots = rows and one
 // prefill. Values below 0 (or a sync interval below 0) are InputErrors.
 EngineSettings resolve_engine_settings(const SamplingParams& params, int64_t rows, const torch::Device& device,
-                                       bool single_wave);
+                                       bool single_wave, const SlotMemory& memory = {});
+
+// The share of the available memory that slots may take: the rest is for the prefill's activations, the
+// step's temporaries and what the caching allocator keeps.
+constexpr double kSlotMemoryShare = 0.5;
+// generation.slots = "auto": as many slots as fit in kSlotMemoryShare of available_bytes at slot_bytes
+// each, at least 1 and at most rows; every row when available_bytes < 0 (not known).
+int64_t auto_slots(int64_t slot_bytes, int64_t available_bytes, int64_t rows);
+// What one slot holds over `positions` (prompt + completion): keys and values in every layer, in
+// cache_dtype, and a float32 row of logits.
+int64_t slot_bytes(const ModelArchConfig& arch, torch::Dtype cache_dtype, int64_t positions);
 
 // One generation (under inference mode; generate() wraps it).
 GenerationOutput run_generation_engine(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,

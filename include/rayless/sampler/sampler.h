@@ -33,6 +33,7 @@ struct SamplingParams {
   bool fused_weights = true;        // decode on FusedGenerationWeights (one copy of the layer weights)
   // the engine (generation_engine.h)
   int64_t slots = 0;                // decode slots; 0 = auto (every row at once, as far as memory goes)
+  int ranks_on_node = 1;            // ranks generating at once on this node, sharing its memory (auto slots on the CPU)
   int64_t prefill_chunk = 0;        // prompt tokens (rows x longest prompt) per prefill pass; 0 = auto
   int64_t sync_interval = 0;        // decode steps between the host's looks at finished rows; 0 = the device's default
   // per output row, fewer tokens than max_new_tokens (a row reaching its limit ends truncated); empty =
