@@ -5,6 +5,8 @@
 # second SIGTERM or SIGINT stops at once, without a checkpoint. Plain mpirun cannot do this itself: it
 # answers SIGTERM and SIGINT by killing the ranks within a second, and forwards only SIGUSR1/SIGUSR2.
 set -euo pipefail
+# first: a signal from now on is held, not fatal (rayless_trap_stop_signals below takes it over)
+trap 'rayless_held+=" USR1"' USR1; trap 'rayless_held+=" TERM"' TERM; trap 'rayless_held+=" INT"' INT
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 usage() {
@@ -15,8 +17,8 @@ Runs RANKS copies of 'rayless train' with mpirun on this machine.
 
 options:
   -n, --ranks N        MPI ranks (default 2)
-  -t, --threads N      threads per rank: OMP_NUM_THREADS and cores bound to each rank
-                       (default: cores / ranks, at least 1)
+  -t, --threads N      threads per rank: OMP_NUM_THREADS, distributed.threads_per_rank and cores
+                       bound to each rank (default: cores / ranks, at least 1)
   -b, --bind MODE      core (default): each rank bound to its own THREADS cores (--map-by slot:PE=N
                        --bind-to core); socket: --map-by socket --bind-to socket; none: no binding.
                        When RANKS x THREADS exceeds the cores, binding is turned off (oversubscribed).
@@ -94,7 +96,8 @@ fi
 # shellcheck disable=SC2206  # a word list by design
 mpi_args+=(${MPIRUN_ARGS:-})
 
-cmd=("$mpirun" "${mpi_args[@]}" "$bin" train --config "$config")
+# the threads each rank runs are the ones bound to it (and the ones said above)
+cmd=("$mpirun" "${mpi_args[@]}" "$bin" train --config "$config" --set "distributed.threads_per_rank=$threads")
 [ -z "$output" ] || cmd+=(--output "$output")
 [ -z "$resume" ] || cmd+=(--resume "$resume")
 cmd+=("${train_args[@]}")
@@ -103,35 +106,16 @@ printf ' %q' "${cmd[@]}"
 printf '\n'
 [ $dry_run = 1 ] && exit 0
 # mpirun runs in its own session, so a terminal's Ctrl-C reaches only this script, and in the
-# background, so the traps run while it works. mpirun forwards SIGUSR1 to every rank; the first
-# SIGTERM/SIGINT becomes that request, a second one goes to mpirun as it is (it kills the ranks).
-terminate_requests=0
-forward_stop() {
-  [ "$1" = USR1 ] || terminate_requests=$((terminate_requests + 1))
-  if [ $terminate_requests -le 1 ]; then
-    echo "train-local: SIG$1: asking the ranks to checkpoint at the next step boundary (kill -USR1 mpirun)" >&2
-    kill -USR1 "$mpirun_pid" 2>/dev/null || true
-  else
-    echo "train-local: second SIG$1: stopping now, without a checkpoint" >&2
-    kill -TERM "$mpirun_pid" 2>/dev/null || true
-  fi
-}
-trap 'forward_stop TERM' TERM
-trap 'forward_stop INT' INT
-trap 'forward_stop USR1' USR1
+# background, so the traps run while it works (jobs/stop_signals.sh: the first SIGTERM/SIGINT or any
+# SIGUSR1 becomes SIGUSR1 to mpirun, which forwards it to every rank, once they take signals; a second
+# SIGTERM/SIGINT goes to mpirun as it is, and mpirun kills the ranks).
 set +e  # the exit status of mpirun is ours to pass on
-setsid "${cmd[@]}" &
-mpirun_pid=$!
-# `wait` returns early (status > 128) when a trapped signal arrives: wait again while mpirun runs
-while :; do
-  wait "$mpirun_pid"
-  rc=$?
-  kill -0 "$mpirun_pid" 2>/dev/null && continue
-  if [ $rc -gt 128 ]; then  # mpirun ended just after the interruption: collect its own status
-    wait "$mpirun_pid" 2>/dev/null
-    late_rc=$?
-    [ $late_rc -eq 127 ] || rc=$late_rc
-  fi
-  break
-done
-exit "$rc"
+rayless_say=train-local
+rayless_launcher=mpirun
+# shellcheck source=jobs/stop_signals.sh
+source "$root_dir/jobs/stop_signals.sh"
+rayless_trap_stop_signals
+ready_dir=$(mktemp -d "${TMPDIR:-/tmp}/train-local.XXXXXX")  # the ranks run on this machine
+rayless_run_step "$ready_dir/ranks-ready" setsid "${cmd[@]}"
+rm -rf "$ready_dir"
+exit "$rayless_step_rc"

@@ -8,12 +8,14 @@
 #include <cstdlib>
 #include <cctype>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <limits>
 #include <set>
 #include <sstream>
 
+#include "rayless/base/config_paths.h"
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
 
@@ -594,6 +596,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw InputError(str(path, ":", e.source().begin.line, ": TOML syntax error: ", e.description()));
   }
   Config config;
+  std::set<std::string> written;  // the keys the file sets
   const std::set<std::string> sections = section_names();
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
@@ -625,9 +628,18 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
       const ConfigField* field = find_field(name);
       if (!field) throw InputError(str(where, "unknown key ", name, suggestion(name)));
       field->set(config, node, where);
+      written.insert(name);
     }
   }
+  // a path written in the file is relative to the file's directory (the named reward tables come
+  // only from the file); --set values and defaults are relative to the working directory
+  const std::filesystem::path config_dir = std::filesystem::path(path).parent_path();
+  resolve_config_paths(config, config_dir.empty() ? std::filesystem::current_path() : config_dir, [&](const std::string& key) {
+    return written.count(key) > 0 || key.rfind("reward.models.", 0) == 0;
+  });
   for (const std::string& assignment : overrides) apply_override(config, assignment);
+  // every path absolute from here on: config.resolved.toml means the same from any directory
+  resolve_config_paths(config, std::filesystem::current_path(), [](const std::string&) { return true; });
   validate_config(config);
   return config;
 }
@@ -635,6 +647,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config config_from_overrides(const std::vector<std::string>& overrides) {
   Config config;
   for (const std::string& assignment : overrides) apply_override(config, assignment);
+  resolve_config_paths(config, std::filesystem::current_path(), [](const std::string&) { return true; });
   validate_config(config);
   return config;
 }

@@ -1,6 +1,10 @@
+#include <cstdlib>
+#include <filesystem>
+
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/runtime/runtime.h"
+#include "rayless/runtime/signals.h"
 #include "rayless/trainer/trainer.h"
 
 namespace rayless::cli {
@@ -25,6 +29,8 @@ void check_train_flags(const TrainOptions& options) {
 }  // namespace
 
 int train(const Args& args) {
+  // first: a stop signal from here on is held until training can checkpoint, not fatal (runtime/signals.h)
+  StopSignalScope stop_signals;
   po::options_description options("rayless train");
   TrainOptions train_options;
   options.add_options()("config", po::value(&train_options.config_path), "config TOML (omit to use only defaults)")(
@@ -41,9 +47,13 @@ int train(const Args& args) {
                            "exit codes: 0 done, 1 runtime failure, 2 bad input, 3 stopped by a signal after a checkpoint",
                      options, vm))
     return 0;
+  // reward worker commands run in this working directory; $RAYLESS_CONFIG_DIR names the config's
+  if (!train_options.config_path.empty())
+    setenv("RAYLESS_CONFIG_DIR", std::filesystem::absolute(train_options.config_path).parent_path().c_str(), 1);
   Runtime runtime;
   return run_spmd(runtime, [&] {
     check_train_flags(train_options);
+    announce_stop_signals_taken(runtime.control(), runtime.rank());  // a file it cannot write ends every rank
     return run_training(runtime, train_options);
   });
 }

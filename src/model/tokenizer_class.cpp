@@ -324,14 +324,15 @@ void compare_added_tokens(const json& file_tokens, const json& tokens, std::vect
     if (auto c = token_content(t)) before.emplace_back(*c, t.value("id", int64_t{-1}));
   for (const auto& t : tokens) after.emplace_back(t["content"].get<std::string>(), t["id"].get<int64_t>());
   std::vector<std::string> notes;
-  for (const auto& [content, id] : after) {
-    auto was = std::find_if(before.begin(), before.end(), [&](const auto& b) { return b.first == content; });
-    if (was == before.end()) notes.push_back(str(content, " = ", id, " added"));
-    else if (was->second != id) notes.push_back(str(content, " = ", id, " instead of ", was->second));
+  // Plain pairs, not structured bindings: C++17 lambdas cannot capture a binding (clang refuses).
+  for (const auto& token : after) {
+    auto was = std::find_if(before.begin(), before.end(), [&](const auto& b) { return b.first == token.first; });
+    if (was == before.end()) notes.push_back(str(token.first, " = ", token.second, " added"));
+    else if (was->second != token.second) notes.push_back(str(token.first, " = ", token.second, " instead of ", was->second));
   }
-  for (const auto& [content, id] : before)
-    if (std::none_of(after.begin(), after.end(), [&](const auto& a) { return a.first == content; }))
-      notes.push_back(str(content, " (", id, ") dropped"));
+  for (const auto& token : before)
+    if (std::none_of(after.begin(), after.end(), [&](const auto& a) { return a.first == token.first; }))
+      notes.push_back(str(token.first, " (", token.second, ") dropped"));
   if (notes.empty()) return;
   std::string text = "added tokens: ";
   for (size_t i = 0; i < notes.size() && i < 6; ++i) text += (i ? ", " : "") + notes[i];

@@ -1,5 +1,7 @@
 #include "rayless/prompts/prompt_builder.h"
 
+#include <algorithm>
+
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
 #include "rayless/model/tokenizer.h"
@@ -42,17 +44,19 @@ PromptTokens build_prompt(const PromptRow& row, const PromptFormat& format, cons
   return out;
 }
 
-void check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
+int64_t check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, bool skip_invalid,
                           const std::function<std::string(const nlohmann::json&)>& check_row) {
   std::vector<PromptRow> kept;
   kept.reserve(dataset.rows.size());
+  int64_t longest = 0;
   for (PromptRow& row : dataset.rows) {
     const std::string where = str(dataset.path, ":", row.line);
     std::string problem;
     try {
-      build_prompt(row, format, tokenizer, max_length, truncation, where);
+      const int64_t length = static_cast<int64_t>(build_prompt(row, format, tokenizer, max_length, truncation, where).ids.size());
       problem = check_row(row.fields);
+      if (problem.empty()) longest = std::max(longest, length);
       if (!problem.empty()) problem = str(where, ": ", problem);
     } catch (const InputError& e) {
       problem = e.what();  // already names file:line
@@ -67,6 +71,7 @@ void check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, co
   dataset.rows = std::move(kept);
   inputCheck(!dataset.rows.empty(), dataset.path, ": no usable prompt (", dataset.skipped_lines,
              " lines skipped; first: ", dataset.first_skip_reason, ")");
+  return longest;
 }
 
 }  // namespace rayless

@@ -39,16 +39,37 @@ int64_t position_limit(const ModelArchConfig& arch) {
   }
 }
 
-void check_training_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir) {
+namespace {
+// "(DIR/config.json: max_position_embeddings N[, rope_scaling TYPE])"
+std::string limit_source(const ModelArchConfig& arch, const std::string& model_dir) {
+  const bool scaled = arch.rope.type != RopeType::Default && arch.rope.type != RopeType::Llama3;
+  return str("(", model_dir, "/config.json: max_position_embeddings ", arch.max_position_embeddings,
+             scaled ? str(", rope_scaling ", RopeConfig::name(arch.rope.type)) : std::string(), ")");
+}
+}  // namespace
+
+void check_training_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir,
+                              int64_t longest_prompt) {
   const int64_t limit = position_limit(arch);
-  const int64_t wanted = config.data.max_prompt_length + config.generation.max_completion_length;
-  inputCheck(limit <= 0 || wanted <= limit, "data.max_prompt_length ", config.data.max_prompt_length,
-             " + generation.max_completion_length ", config.generation.max_completion_length, " = ", wanted,
-             " positions, more than the ", limit, " the model is made for (", model_dir,
-             "/config.json: max_position_embeddings ", arch.max_position_embeddings,
-             arch.rope.type == RopeType::Default || arch.rope.type == RopeType::Llama3 ? std::string()
-                                                                                      : str(", rope_scaling ", RopeConfig::name(arch.rope.type)),
-             "): lower them");
+  const int64_t wanted = longest_prompt + config.generation.max_completion_length;
+  inputCheck(limit <= 0 || wanted <= limit, "the longest prompt of data.path (", longest_prompt,
+             " tokens; data.max_prompt_length ", config.data.max_prompt_length, ") + generation.max_completion_length ",
+             config.generation.max_completion_length, " = ", wanted, " positions, more than the ", limit,
+             " the model is made for ", limit_source(arch, model_dir),
+             ": lower generation.max_completion_length or data.max_prompt_length (with data.truncation = \"left\")");
+}
+
+std::string check_configured_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir) {
+  const int64_t limit = position_limit(arch);
+  if (limit <= 0) return "";
+  const int64_t completion = config.generation.max_completion_length;
+  inputCheck(completion < limit, "generation.max_completion_length ", completion, " leaves no position for a prompt: the model is made for ",
+             limit, " ", limit_source(arch, model_dir), ": lower it");
+  const int64_t wanted = config.data.max_prompt_length + completion;
+  if (wanted <= limit) return "";
+  return str("data.max_prompt_length ", config.data.max_prompt_length, " + generation.max_completion_length ", completion,
+             " = ", wanted, " positions, more than the ", limit, " the model is made for ", limit_source(arch, model_dir),
+             ": rayless train refuses a dataset whose longest prompt has more than ", limit - completion, " tokens");
 }
 
 int64_t MemoryEstimate::total() const {

@@ -67,7 +67,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   // bounds before memory: the positions the model is made for, and a lower bound of what this rank
   // will hold against what it has, before anything is loaded or written
   const ModelArchConfig arch = load_model_config(cfg_.model.path);
-  check_training_positions(cfg_, arch, cfg_.model.path);
+  // a completion that leaves no position for a prompt is refused now; the prompts are measured below
+  (void)check_configured_positions(cfg_, arch, cfg_.model.path);
   check_memory_fits(training_memory(cfg_, arch, runtime_.size()), available_memory(device_, runtime_.local_size()),
                     "each rank of this run",
                     "lower generation.max_completion_length, data.max_prompt_length or "
@@ -92,17 +93,21 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   // every row checked now (prompt length after the template, what the rewards need), not hours in
   const auto data_start = Clock::now();
   dataset_ = load_prompt_dataset(cfg_.data);
-  check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
-                       cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+  int64_t longest_prompt =
+      check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
+                           cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
   if (!cfg_.eval.path.empty()) {
     eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field,
                                         cfg_.data.skip_invalid, "eval.path");
-    check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
-                         cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+    longest_prompt = std::max(longest_prompt, check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_,
+                                                                   cfg_.data.max_prompt_length, cfg_.data.truncation,
+                                                                   cfg_.data.skip_invalid,
+                                                                   [&](const nlohmann::json& row) { return rewards_->check_row(row); }));
     if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
       eval_dataset_.rows.resize(static_cast<size_t>(cfg_.eval.max_samples));
   }
   const double data_seconds = seconds_since(data_start);
+  check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
   shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
   shard_spec_.prompts_per_rank = cfg_.global_generation_batch(runtime_.size()) / cfg_.grpo.num_generations;
   shard_spec_.world_size = 1;  // every rank walks the whole batch of prompts and takes its completions
@@ -170,9 +175,12 @@ LoraSettings Trainer::lora_settings() const {
 // ---------------------------------------------------------------------------------------------------
 // The loop.
 int Trainer::run() {
-  // SIGUSR1/SIGTERM/SIGINT become a checkpoint request while the loop runs (checkpoint.save_on_signal)
+  // SIGUSR1/SIGTERM/SIGINT become a checkpoint request while the loop runs (checkpoint.save_on_signal);
+  // one that came while the trainer was made (rayless train holds them from its start) is acted on
+  // at the first micro-step boundary
   std::optional<StopSignalScope> stop_signals;
   if (cfg_.checkpoint.save_on_signal) stop_signals.emplace();
+  else release_stop_signals();
   // a new run never mixes with an old one: resume it, move it aside (--overwrite), or stop (exit 2)
   const std::optional<fs::path> resume_from =
       prepare_run_directory(*comm_, output_dir_, options_.resume, options_.overwrite);

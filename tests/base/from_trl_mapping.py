@@ -3,8 +3,8 @@
 
 - every rayless key it names (`section.key`, `section.key = value`, `[section]`, the
   `[reward.workers.NAME]` / `[reward.models.NAME]` tables) is one the config table has, and every
-  `key = value` it shows is accepted by `rayless config check`;
-- every TOML example in it passes `rayless config check`;
+  `key = value` it shows is accepted by `rayless config check --skip-paths` (its files are examples);
+- every TOML example in it passes `rayless config check --skip-paths`;
 - every GRPOConfig field whose default rayless reproduces (defaults_match_trl.py's SHARED, the 44
   fields of tests/data/grpo_config_defaults.json) has its row, naming the same rayless key;
 - every TRL name the code points at a rayless key (trl_names(): the hint "TRL's X is KEY here" of
@@ -109,7 +109,8 @@ def main():
         settings = sorted({f"{k}={v}" for k, v in named if v is not None and not k.startswith("[") and k in keys
                            and "NAME" not in k})
         # one check each: two settings the page shows apart may break a cross-field rule together
-        checks = {f"from-trl.md shows `{s.replace('=', ' = ', 1)}`": ["config", "check", empty, "--set", s]
+        # keys, values and rules (--skip-paths: the page's files are examples, not on this machine)
+        checks = {f"from-trl.md shows `{s.replace('=', ' = ', 1)}`": ["config", "check", empty, "--skip-paths", "--set", s]
                   for s in settings}
 
         # 2. every TOML example passes config check
@@ -117,7 +118,7 @@ def main():
             path = os.path.join(workdir, f"example-{i + 1}.toml")
             with open(path, "w") as f:
                 f.write(example)
-            checks[f"from-trl.md's TOML example {i + 1} fails config check"] = ["config", "check", path]
+            checks[f"from-trl.md's TOML example {i + 1} fails config check"] = ["config", "check", path, "--skip-paths"]
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
             results = dict(zip(checks, pool.map(lambda args: run(rayless, *args), checks.values())))
         failures += [f"{what}: {r.stderr.strip()}" for what, r in results.items() if r.returncode != 0]

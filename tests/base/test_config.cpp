@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "rayless/base/config.h"
+#include "rayless/base/config_paths.h"
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
 
@@ -16,6 +17,7 @@ fs::path write_temp_config(const std::string& name, const std::string& text) {
   fs::path dir = fs::temp_directory_path() / "rayless-test-config";
   fs::create_directories(dir);
   fs::path path = dir / name;
+  fs::create_directories(path.parent_path());
   std::ofstream(path) << text;
   return path;
 }
@@ -169,7 +171,7 @@ TEST_CASE("config: named reward tables: workers and reward models by name, round
   CHECK(c.reward.workers.at("judge").command == "python3 judge.py");
   CHECK(c.reward.workers.at("judge").timeout_s == 12.5);
   CHECK(c.reward.workers.at("judge").batch_size == 4);
-  CHECK(c.reward.models.at("rm").path == "models/rm");
+  CHECK(c.reward.models.at("rm").path == (path.parent_path() / "models/rm").string());  // beside the file
   CHECK(c.reward.models.at("rm").batch_size == 16);
   // config.resolved.toml reads back to the same config
   const auto resolved = write_temp_config("named-resolved.toml", config_to_toml(c));
@@ -214,4 +216,60 @@ TEST_CASE("config: floats print as the shortest text that reads back the same") 
   const std::string text = config_to_toml(c);
   CHECK_THAT(text, Catch::Contains("learning_rate = 1e-06") && Catch::Contains("epsilon = 0.2\n") &&
                        Catch::Contains("collective_timeout_s = 300.0"));
+}
+
+TEST_CASE("config: a relative path in the file is relative to the file's directory, one from --set or a default to the working one") {
+  const auto path = write_temp_config("paths/run.toml",
+                                      "[model]\npath = \"models/m\"\n"
+                                      "[tokenizer]\npath = \"../t/tokenizer.json\"\nchat_template = \"templates/chat.jinja\"\n"
+                                      "[data]\npath = \"./d/p.jsonl\"\n"
+                                      "[eval]\npath = \"/abs/eval.jsonl\"\n"
+                                      "[train]\noutput_dir = \"runs/x\"\nreplay_rollouts = \"r.jsonl\"\n"
+                                      "[reward]\nfunctions = [\"rm\"]\n[reward.models.rm]\npath = \"rm\"\ntokenizer = \"rm/tokenizer.json\"\n");
+  const Config c = load_config(path.string());
+  const fs::path dir = path.parent_path();
+  const auto beside = [&](const char* relative) { return (dir / relative).lexically_normal().string(); };
+  CHECK(c.model.path == beside("models/m"));
+  CHECK(c.tokenizer.path == beside("../t/tokenizer.json"));
+  CHECK(c.tokenizer.chat_template == beside("templates/chat.jinja"));
+  CHECK(c.data.path == beside("d/p.jsonl"));
+  CHECK(c.eval.path == "/abs/eval.jsonl");  // absolute stays
+  CHECK(c.train.output_dir == beside("runs/x"));
+  CHECK(c.train.replay_rollouts == beside("r.jsonl"));
+  CHECK(c.reward.models.at("rm").path == beside("rm"));
+  CHECK(c.reward.models.at("rm").tokenizer == beside("rm/tokenizer.json"));
+
+  // values that are not paths stay as written; keys the file leaves out keep their defaults
+  const auto words = write_temp_config("paths/words.toml", "[tokenizer]\npath = \"byte\"\nchat_template = \"chatml\"\n");
+  const Config w = load_config(words.string());
+  CHECK(w.tokenizer.path == "byte");
+  CHECK(w.tokenizer.chat_template == "chatml");
+  CHECK(w.model.path == (fs::current_path() / Config{}.model.path).string());  // the default, from here
+  CHECK(w.data.path == (fs::current_path() / Config{}.data.path).string());
+  const auto inline_template = write_temp_config("paths/inline.toml", "[tokenizer]\nchat_template = \"{{ x }}.jinja\"\n");
+  CHECK(load_config(inline_template.string()).tokenizer.chat_template == "{{ x }}.jinja");
+
+  // --set is a command line: relative to the working directory
+  const Config o = load_config(path.string(), {"data.path=mine.jsonl", "model.path=\"m2\"", "eval.path=/e.jsonl"});
+  CHECK(o.data.path == (fs::current_path() / "mine.jsonl").string());
+  CHECK(o.model.path == (fs::current_path() / "m2").string());
+  CHECK(o.eval.path == "/e.jsonl");
+  CHECK(o.train.output_dir == beside("runs/x"));
+}
+
+TEST_CASE("config: missing_config_paths names every path key that names nothing, one line each") {
+  const fs::path dir = write_temp_config("present/data.jsonl", "{}\n").parent_path();
+  fs::create_directories(dir / "model");
+  const auto path = write_temp_config("present/c.toml",
+                                      "[model]\npath = \"model\"\n[data]\npath = \"data.jsonl\"\n[train]\noutput_dir = \"not-yet\"\n");
+  CHECK(missing_config_paths(load_config(path.string())).empty());  // the output directory need not exist
+
+  const auto bad = write_temp_config("present/bad.toml",
+                                     "[model]\npath = \"data.jsonl\"\n[data]\npath = \"model\"\n"
+                                     "[eval]\npath = \"gone.jsonl\"\n[tokenizer]\npath = \"byte\"\n");
+  const std::vector<std::string> problems = missing_config_paths(load_config(bad.string()));
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0] == "model.path = \"" + (dir / "data.jsonl").string() + "\": not a directory");
+  CHECK(problems[1] == "data.path = \"" + (dir / "model").string() + "\": a directory, not a file");
+  CHECK(problems[2] == "eval.path = \"" + (dir / "gone.jsonl").string() + "\": no such file");
 }

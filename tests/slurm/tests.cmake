@@ -20,7 +20,7 @@ rayless_add_slurm_test("sbatch MPI hello" 180
   ${RAYLESS_SLURM_TOOLS}/test_hello.sh $<TARGET_FILE:slurm-mpi-hello> ${RAYLESS_SLURM_WORK}/hello)
 rayless_add_slurm_test("cpu.sbatch plumbing (fake trainer)" 180
   ${RAYLESS_SLURM_TOOLS}/test_train.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/train-fake --fake)
-rayless_add_slurm_test("preemption requeue mechanics (fake trainer)" 300
+rayless_add_slurm_test("preemption requeue mechanics (fake trainer)" 400
   ${RAYLESS_SLURM_TOOLS}/test_preempt.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/preempt-fake --fake)
 rayless_add_slurm_test("sweep.sbatch array (fake trainer)" 180
   ${RAYLESS_SLURM_TOOLS}/test_sweep.sh ${RAYLESS_SLURM_WORK}/sweep)
@@ -32,6 +32,13 @@ rayless_add_slurm_test("time limit: --time=2 --signal=B:USR1@60 requeues (fake t
   ${RAYLESS_SLURM_TOOLS}/test_timelimit.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/timelimit-fake --fake)
 rayless_add_slurm_test("SIGTERM checkpoints (ranks and batch shell)" 900
   ${RAYLESS_SLURM_TOOLS}/test_signals.sh $<TARGET_FILE:rayless> ${RAYLESS_SLURM_WORK}/signals)
+
+# docs/hpc.md's signal table: every row names the tests that check it (through tools/signal_table.sh)
+# and every check names a row. No Slurm needed: it reads the table, ctest's list and the scripts.
+add_test(NAME signal-table-rows-have-tests
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/signal_table_tests.py ${CMAKE_CTEST_COMMAND}
+                 ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
+set_tests_properties(signal-table-rows-have-tests PROPERTIES TIMEOUT 60)
 
 # no Slurm needed: the workstation launcher (fake trainer under mpirun) and the reward plot
 add_test(NAME "slurm: jobs/train-local.sh launches ranks (fake trainer)"

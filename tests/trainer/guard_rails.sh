@@ -52,10 +52,15 @@ one_line 2 "badchat.jsonl:9: field \"prompt\" item 0 must be {\"role\": string" 
   train --output "$work/badchat" --set "data.path=\"$work/badchat.jsonl\"" --set tokenizer.chat_template=chatml
 
 # 6. bounds before memory
-one_line 2 'data.max_prompt_length 64 + generation.max_completion_length 1000000000 = 1000000064 positions, more than the 2048 the model is made for (configs/models/tiny/config.json: max_position_embeddings 2048' \
+one_line 2 'generation.max_completion_length 1000000000 leaves no position for a prompt: the model is made for 2048 (/.*/configs/models/tiny/config.json: max_position_embeddings 2048)' \
   "$rayless" config check configs/ci-small.toml --set generation.max_completion_length=1000000000
-one_line 2 'more than the 2048 the model is made for' train --output "$work/long" --set generation.max_completion_length=1000000000
+one_line 2 'leaves no position for a prompt: the model is made for 2048' train --output "$work/long" --set generation.max_completion_length=1000000000
 [ -e "$work/long" ] && fail "a refused run wrote $work/long"
+# the dataset's longest prompt (after the template) counts, not data.max_prompt_length: 2040 tokens
+# of completion leave 8 for a prompt, fewer than the demo prompts have
+one_line 2 'the longest prompt of data.path ([0-9]* tokens; data.max_prompt_length 64) + generation.max_completion_length 2040 = [0-9]* positions, more than the 2048 the model is made for' \
+  train --output "$work/long2" --set generation.max_completion_length=2040
+[ -e "$work/long2" ] && fail "a refused run wrote $work/long2"
 one_line 2 'each rank of this run needs at least .*KV cache (2097152 rows x 2012 positions) .* and has .*: lower generation.max_completion_length' \
   train --output "$work/big" --set train.per_device_train_batch_size=2097152 --set generation.max_completion_length=1948
 [ -e "$work/big" ] && fail "a refused run wrote $work/big"

@@ -42,7 +42,7 @@ ok first.log "${common[@]}" --output "$run" --set train.max_steps=2
 cp -r configs/models/tiny "$work/tiny-copy"
 
 # 1. settings that change the run: each named, old -> new
-refused 1 'the config changes settings that change the run: .*generation.max_completion_length 12 -> 10.*grpo.loss_type "dapo" -> "grpo".*grpo.num_generations 4 -> 2.*model.path "configs/models/tiny" -> ".*tiny-copy".*train.seed 7 -> 8.*pass --allow-config-change KEY' \
+refused 1 'the config changes settings that change the run: .*generation.max_completion_length 12 -> 10.*grpo.loss_type "dapo" -> "grpo".*grpo.num_generations 4 -> 2.*model.path ".*/configs/models/tiny" -> ".*tiny-copy".*train.seed 7 -> 8.*pass --allow-config-change KEY' \
   "${common[@]}" --output "$run" --resume auto --set train.max_steps=3 --set grpo.num_generations=2 \
   --set grpo.loss_type=grpo --set "model.path=\"$work/tiny-copy\"" --set train.seed=8 --set generation.max_completion_length=10
 [ -e "$run/config.segment-00000002.toml" ] && fail "a refused resume wrote a segment record"
@@ -90,7 +90,7 @@ c.update(hidden_size=128, intermediate_size=352)
 os.makedirs(sys.argv[2])
 json.dump(c, open(os.path.join(sys.argv[2], "config.json"), "w"))
 PY
-refused 1 'model.path "configs/models/tiny" -> ".*narrow"' "${common[@]}" --output "$work/other" \
+refused 1 'model.path ".*/configs/models/tiny" -> ".*narrow"' "${common[@]}" --output "$work/other" \
   --resume "$run/checkpoints/step-00000004" --set "model.path=\"$work/narrow\"" --set train.max_steps=5 --set grpo.beta=0.04
 refused 1 '--resume: tensor model.embed_tokens.weight has shape \[272, 256\] in .*step-00000004/model.safetensors but \[272, 128\] in model.path = .*narrow (the model this config trains)' \
   "${common[@]}" --output "$work/other" --resume "$run/checkpoints/step-00000004" --set "model.path=\"$work/narrow\"" \

@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -30,7 +31,8 @@ TEST_CASE("config_changes names each key that differs, with both values") {
                                                      "optim.learning_rate", "train.max_steps"});
   CHECK(changes[1].before == "8");
   CHECK(changes[1].now == "4");
-  CHECK(changes[2].now == "\"m2\"");
+  // a path given by --set resolves against the working directory (docs/config.md, "Paths")
+  CHECK(changes[2].now == "\"" + (std::filesystem::current_path() / "m2").string() + "\"");
   // named tables: a new one, a changed key, and keys another version does not write are not compared
   const std::string workers = config_to_toml(
       with({"reward.functions=[\"length\",\"j\"]", "reward.workers.j.command=\"judge\"", "reward.workers.j.timeout_s=5"}));

@@ -28,15 +28,32 @@ TEST_CASE("position_limit: max_position_embeddings, scaled as vLLM derives a mod
                                                     {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}}}})) == 8192);
 }
 
-TEST_CASE("check_training_positions: prompt + completion beyond the model's positions is refused, naming both keys") {
+TEST_CASE("check_training_positions: the longest prompt + completion beyond the model's positions is refused, naming both keys") {
+  Config c;
+  c.data.max_prompt_length = 256;  // a bound, not a length: the dataset's longest prompt counts
+  c.generation.max_completion_length = 2000;
+  CHECK_NOTHROW(check_training_positions(c, arch_from(), "m", 48));
+  c.generation.max_completion_length = 2001;
+  CHECK_THROWS_WITH(check_training_positions(c, arch_from(), "m", 48),
+                    "the longest prompt of data.path (48 tokens; data.max_prompt_length 256) + generation.max_completion_length "
+                    "2001 = 2049 positions, more than the 2048 the model is made for (m/config.json: max_position_embeddings "
+                    "2048): lower generation.max_completion_length or data.max_prompt_length (with data.truncation = \"left\")");
+}
+
+TEST_CASE("check_configured_positions: config check refuses a completion that leaves no room and warns about the prompt bound") {
   Config c;
   c.data.max_prompt_length = 48;
   c.generation.max_completion_length = 2000;
-  CHECK_NOTHROW(check_training_positions(c, arch_from(), "m"));
-  c.generation.max_completion_length = 2001;
-  CHECK_THROWS_WITH(check_training_positions(c, arch_from(), "m"),
-                    "data.max_prompt_length 48 + generation.max_completion_length 2001 = 2049 positions, more than the "
-                    "2048 the model is made for (m/config.json: max_position_embeddings 2048): lower them");
+  CHECK(check_configured_positions(c, arch_from(), "m").empty());
+  c.data.max_prompt_length = 256;
+  CHECK(check_configured_positions(c, arch_from(), "m") ==
+        "data.max_prompt_length 256 + generation.max_completion_length 2000 = 2256 positions, more than the 2048 the model "
+        "is made for (m/config.json: max_position_embeddings 2048): rayless train refuses a dataset whose longest prompt "
+        "has more than 48 tokens");
+  c.generation.max_completion_length = 2048;
+  CHECK_THROWS_WITH(check_configured_positions(c, arch_from(), "m"),
+                    "generation.max_completion_length 2048 leaves no position for a prompt: the model is made for 2048 "
+                    "(m/config.json: max_position_embeddings 2048): lower it");
 }
 
 TEST_CASE("memory estimates: the KV cache and weights by hand, saturating instead of wrapping, refused in one line") {

@@ -208,7 +208,8 @@ def processes_of(tool):
 
 
 def model_path(out, size):
-    return os.path.join(out, "models", size)
+    # absolute: a relative path in a config is relative to the config's directory (the run directory's parent)
+    return os.path.abspath(os.path.join(out, "models", size))
 
 
 def run_path(out, scen, tool):

@@ -36,6 +36,18 @@ say() { printf '%s %s rank %s: %s\n' "$(date +%T)" "$host" "$rank" "$*" | tee -a
 
 stop_requested=0
 trap 'stop_requested=1; say "signal received: checkpoint at the next step boundary"' USR1 TERM
+# as rayless train: once every rank takes signals, rank 0 creates $RAYLESS_READY_FILE (the launchers
+# hold signals until then); here each rank leaves a mark and rank 0 counts them
+if [ -n "${RAYLESS_READY_FILE:-}" ]; then
+  mkdir -p "$(dirname "$RAYLESS_READY_FILE")"
+  touch "$RAYLESS_READY_FILE.rank-$rank"
+  if [ "$rank" = 0 ]; then
+    size=${SLURM_NTASKS:-${OMPI_COMM_WORLD_SIZE:-1}}
+    until [ "$(ls "$RAYLESS_READY_FILE".rank-* 2>/dev/null | wc -l)" -ge "$size" ]; do sleep 0.1 & wait $!; done
+    touch "$RAYLESS_READY_FILE"
+    rm -f "$RAYLESS_READY_FILE".rank-*
+  fi
+fi
 
 step=0
 if [ "$resume" = auto ] && [ -f "$output/checkpoints/latest" ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# ctest "slurm: time limit": the real time-limit path of slurm/preemptible.sbatch. The job is
-# submitted with --time=2 --signal=B:USR1@60 and a run longer than its first allocation; nobody
-# sends it anything. Slurm itself must signal the batch shell before the limit, the ranks checkpoint
+# ctest "slurm: time limit": the real time-limit path of slurm/preemptible.sbatch (the row timelimit
+# of docs/hpc.md's signal table). The job is submitted with --time=2 --signal=B:USR1@60 and a run
+# longer than its first allocation; nobody sends it anything. Slurm itself must signal the batch shell before the limit, the ranks checkpoint
 # (exit 3), the script requeues the job, the next allocation resumes with --resume auto, and the
 # job ends COMPLETED (never TIMEOUT) with Restarts >= 1 and the final weights of an uninterrupted run.
 #   test_timelimit.sh RAYLESS_BINARY WORK_DIR [--fake]
@@ -15,6 +15,7 @@
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root_dir/tools/slurm/lib.sh"
+source "$root_dir/tools/signal_table.sh"
 usage="usage: test_timelimit.sh RAYLESS_BINARY WORK_DIR [--fake]"
 bin=${1:?$usage}
 work=${2:?$usage}
@@ -105,4 +106,6 @@ fi
 [ -s "$work/limited/$final" ] || fail "time-limited run has no $final"
 cmp "$work/reference/$final" "$work/limited/$final" \
   || fail "time-limited run's $final differs from the uninterrupted run's"
+# every allocation but the last checkpointed (exit 3) on the warning and requeued
+signal_table_check timelimit "$([ "$checkpointed" -ge 1 ] && echo yes || echo no)" "requeued, $state"
 echo "PASS: Slurm's own time-limit warning (--time=2 --signal=B:USR1@60) -> checkpoint -> requeue; finished in allocation $((restarts + 1)); final $final identical to the uninterrupted run"

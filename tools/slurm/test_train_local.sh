@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest "slurm: jobs/train-local.sh launches ranks": the mpirun launcher starts 2 ranks of the fake
 # trainer, SIGUSR1 to the launcher reaches every rank through mpirun (exit 3 with a checkpoint), and
-# --resume auto finishes the run. Also checks the binding flags it chooses.
+# --resume auto finishes the run. Also checks the binding flags it chooses, and that the thread count
+# it says reaches the ranks (distributed.threads_per_rank).
 #   test_train_local.sh WORK_DIR
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -18,6 +19,8 @@ if [ "$(nproc)" -ge 2 ]; then
 fi
 "$launcher" -n 2 -t 1000 --dry-run >"$work/dry2.log" 2>&1 || fail "--dry-run failed"
 grep -q -- '--oversubscribe --bind-to none' "$work/dry2.log" || fail "expected no binding when oversubscribed"
+# the threads it says are the threads the ranks run, bound or not
+grep -q -- '--set distributed.threads_per_rank=1000' "$work/dry2.log" || fail "the ranks are not told the thread count said"
 "$launcher" -n zero >/dev/null 2>&1
 [ $? -eq 2 ] || fail "a bad --ranks must exit 2"
 

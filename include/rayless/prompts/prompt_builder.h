@@ -52,7 +52,8 @@ PromptTokens build_prompt(const PromptRow& row, const PromptFormat& format, cons
 // (with data.max_prompt_length under truncation "error") and `check_row` (what the rewards need of
 // the row; "" = fine). A bad row is an InputError "file:line: why", or, with skip_invalid, is
 // dropped and counted in dataset.skipped_lines. A dataset left with no row is an InputError.
-void check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
+// Returns the longest prompt kept, in tokens (after truncation).
+int64_t check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, bool skip_invalid,
                           const std::function<std::string(const nlohmann::json&)>& check_row);
 

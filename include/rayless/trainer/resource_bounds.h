@@ -22,9 +22,16 @@ namespace rayless {
 // the scaled length.
 int64_t position_limit(const ModelArchConfig& arch);
 
-// rayless train and config check: data.max_prompt_length + generation.max_completion_length beyond
-// position_limit is an InputError naming both keys and `model_dir`'s config.json.
-void check_training_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir);
+// rayless train, once the dataset is read: its longest prompt (after data.truncation, at most
+// data.max_prompt_length tokens) + generation.max_completion_length beyond position_limit is an
+// InputError naming both, the keys that bound them and `model_dir`'s config.json. The bound is the
+// prompts the run has, not data.max_prompt_length: TRL trains a model on prompts shorter than that key.
+void check_training_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir,
+                              int64_t longest_prompt);
+// rayless config check, which reads no dataset: a completion that leaves no room for a prompt is an
+// InputError; data.max_prompt_length + generation.max_completion_length beyond the limit returns a
+// warning (prompts longer than what is left are refused at start), else "".
+std::string check_configured_positions(const Config& config, const ModelArchConfig& arch, const std::string& model_dir);
 
 struct MemoryEstimate {
   std::vector<std::pair<std::string, int64_t>> parts;  // what, bytes
