@@ -369,6 +369,11 @@ void add_grpo_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("grpo.ref_model_mixup_alpha", REF(grpo.ref_model_mixup_alpha), 0.0, 1.0, "ref = alpha * policy + (1 - alpha) * ref at each sync"));
   f.push_back(int_field("grpo.ref_model_sync_steps", REF(grpo.ref_model_sync_steps), 1, kNoMax, "optimizer steps between reference syncs"));
   f.push_back(int_field("grpo.logprob_chunk_size", REF(grpo.logprob_chunk_size), 1, kNoMax, "positions per LM-head chunk in the fused log-prob path"));
+  f.push_back(bool_field("grpo.vllm_importance_sampling_correction", REF(grpo.vllm_importance_sampling_correction), "weigh the loss by the importance ratio of the trainer's old log-probs to the sampling log-probs when completions come from another engine: a replay file with logprobs (TRL: with vLLM)"));
+  f.push_back(choice_field<ImportanceSamplingMode>("grpo.vllm_importance_sampling_mode", REF(grpo.vllm_importance_sampling_mode), "the importance ratio per token or per sequence, clipped to [clip_min, clip_max] (truncate) or zeroed outside it (mask)"));
+  f.push_back(float_field("grpo.vllm_importance_sampling_clip_max", REF(grpo.vllm_importance_sampling_clip_max), 0.0, kInf, "C_max of the importance ratio (0 = no upper bound, TRL's None)"));
+  f.push_back(float_field("grpo.vllm_importance_sampling_clip_min", REF(grpo.vllm_importance_sampling_clip_min), 0.0, kInf, "C_min of the importance ratio (0 = no lower bound, TRL's None)"));
+  f.push_back(float_field("grpo.off_policy_mask_threshold", REF(grpo.off_policy_mask_threshold), 0.0, kInf, "drop completions with a negative advantage whose mean per-token log-ratio of sampling to current policy exceeds this (DeepSeek-V3.2's off-policy sequence mask; 0 = off, TRL's None)"));
 }
 
 void add_training_fields(std::vector<ConfigField>& f) {
@@ -507,7 +512,8 @@ const std::map<std::string, std::string>& trl_names() {
       {"shuffle_dataset", "data.shuffle"}, {"save_total_limit", "checkpoint.keep_last"},
       {"num_generations_eval", "eval.num_generations"}, {"use_cpu", "model.device"},
       {"ddp_backend", "distributed.backend"}, {"ddp_timeout", "distributed.collective_timeout_s"},
-      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"}};
+      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"},
+      {"vllm_importance_sampling_cap", "grpo.vllm_importance_sampling_clip_max"}};
   return names;
 }
 

@@ -42,6 +42,7 @@ Rollouts pack_rollouts(const RolloutBatch& batch, int64_t rank, const RolloutExt
   else if (extras.sampling_logps.defined()) r.old_logps = flat(extras.sampling_logps);
   if (extras.entropies.defined()) r.entropies = flat(extras.entropies);
   if (batch.ref_logps.defined()) r.ref_logps = flat(batch.ref_logps);
+  if (batch.sampling_logps.defined()) r.sampling_logps = flat(batch.sampling_logps);
   r.truncated = batch.truncated;
   return r;
 }
@@ -73,6 +74,7 @@ RolloutBatch unpack_rollouts(const Rollouts& r, int64_t completion_width, int64_
   // stored in the precision they were computed in, so the reused values are bit-identical
   if (r.old_logps.defined()) batch.old_logps = padded(r.old_logps, 0.0, r.old_logps.scalar_type());
   if (r.ref_logps.defined()) batch.ref_logps = padded(r.ref_logps, 0.0, r.ref_logps.scalar_type());
+  if (r.sampling_logps.defined()) batch.sampling_logps = padded(r.sampling_logps, 0.0, r.sampling_logps.scalar_type());
   return batch;
 }
 

@@ -511,6 +511,7 @@ Rollouts read_group(hid_t group, const std::string& where, RolloutAttrs* attrs_o
   r.completion_mask = read_tensor(group, "completion_mask", where).to(torch::kBool);
   r.ref_logps = read_tensor(group, "ref_logps", where, false);
   r.truncated = read_tensor(group, "truncated", where).to(torch::kBool);
+  r.sampling_logps = read_tensor(group, "sampling_logps", where, false);
   r.validate(where);
   if (attrs_out) *attrs_out = std::move(attrs);
   return r;
@@ -577,8 +578,8 @@ void Rollouts::validate(const std::string& where) const {
     inputCheck(tensor->defined() && tensor->dim() == 1 && tensor->size(0) == n, where, ": ", name, " must be [N = ", n, "]");
   inputCheck(completion_mask.defined() && completion_mask.dim() == 1 && completion_mask.size(0) == t, where,
              ": completion_mask must be [T = ", t, "] like completion_ids");
-  for (const auto& [tensor, name] :
-       {std::pair{&old_logps, "old_logps"}, {&entropies, "entropies"}, {&ref_logps, "ref_logps"}})
+  for (const auto& [tensor, name] : {std::pair{&old_logps, "old_logps"}, {&entropies, "entropies"},
+                                      {&ref_logps, "ref_logps"}, {&sampling_logps, "sampling_logps"}})
     inputCheck(!tensor->defined() || (tensor->dim() == 1 && tensor->size(0) == t), where, ": ", name,
                " must be [T = ", t, "] like completion_ids");
 }
@@ -613,6 +614,7 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
     if (r.entropies.defined()) write_tensor(group, "entropies", r.entropies);
     write_tensor(group, "completion_mask", r.completion_mask.to(torch::kUInt8));
     if (r.ref_logps.defined()) write_tensor(group, "ref_logps", r.ref_logps);
+    if (r.sampling_logps.defined()) write_tensor(group, "sampling_logps", r.sampling_logps);
     write_tensor(group, "truncated", r.truncated.to(torch::kUInt8));
     write_attr(group, "schema_version", kRolloutSchemaVersion);
     write_attr(group, "step", r.step);

@@ -81,11 +81,14 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
 
   steps_per_generation_ = cfg_.effective_steps_per_generation(runtime_.size());
   micro_steps_per_cycle_ = steps_per_generation_ * cfg_.grpo.num_iterations;
-  needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_cycle_ != 0;
   loss_settings_ = loss_settings_from_config(cfg_, runtime_.size());
   config_hash_ = config_hash(cfg_);
 
   if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
+  // TRL corrects completions another engine sampled (vLLM there): here a replay file with the
+  // sampler's log-probs; the ratio needs the trainer's old log-probs, so they are computed
+  corrects_sampling_ = cfg_.grpo.vllm_importance_sampling_correction && replay_ && replay_->has_logprobs();
+  needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_cycle_ != 0 || corrects_sampling_;
   tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
   prompt_format_ = prompt_format_from_config(cfg_.tokenizer, cfg_.model.path);
   // reward models run on the rank's device in the policy's dtype
@@ -279,6 +282,9 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   in.per_token_logps = current.logps.to(logp_dtype_);
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
   if (batch.ref_logps.defined()) in.ref_per_token_logps = batch.ref_logps.index_select(0, rows).to(device_);
+  if (batch.sampling_logps.defined()) in.sampling_per_token_logps = batch.sampling_logps.index_select(0, rows).to(device_);
+  if (batch.importance_sampling_ratio.defined())
+    in.importance_sampling_ratio = batch.importance_sampling_ratio.index_select(0, rows).to(device_);
   in.advantages = batch.advantages.index_select(0, rows).to(device_);
   in.completion_mask = completion_mask;
   in.entropies = current.entropies.detach().to(logp_dtype_);

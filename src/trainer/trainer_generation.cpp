@@ -9,6 +9,7 @@
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
 #include "rayless/grpo/advantages.h"
+#include "rayless/grpo/importance_sampling.h"
 #include "rayless/model/completion_logprobs.h"
 #include "rayless/model/tokenizer.h"
 #include "rayless/prompts/prompt_builder.h"
@@ -27,14 +28,20 @@ using namespace trainer_detail;
 
 Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
   Drawn drawn = replay_ ? draw_replayed(generation_step) : draw_sampled(generation_step);
+  const torch::Tensor rewards_per_func = score(drawn);
+  return finish_generation(std::move(drawn), rewards_per_func);
+}
+
+Trainer::Generation Trainer::finish_generation(Drawn drawn, const torch::Tensor& rewards_per_func) {
+  const int64_t generation_step = drawn.rows.generation_step;
   // rewards of every function, then advantages over the whole global batch: TRL gathers the table
   // (in float32), so a group may span ranks and every rank holds the same advantages
-  const torch::Tensor rewards_per_func = score(drawn);
   Generation generation;
   RolloutBatch& rows = generation.rows;
   rows = std::move(drawn.rows);
   if (cfg_.grpo.mask_truncated_completions)
     rows.completion_mask = rows.completion_mask * (~rows.truncated).unsqueeze(1).to(torch::kFloat32);
+  if (drawn.sampled_elsewhere) rows.sampling_logps = drawn.sampled.logprobs.to(logp_dtype_);
   generation.order = micro_batch_order(generation_step, rows.size());
 
   const torch::Tensor all_rewards_per_func = torch::cat(comm_->allgather_variable(rewards_per_func), 0);
@@ -47,6 +54,13 @@ Trainer::Generation Trainer::generate_and_score(int64_t generation_step) {
   old_and_reference_logps(rows, entropies);
   rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.completion_mask.sum().item<double>()));
   generation.metrics = generation_metrics(*comm_, rows, all_rewards_per_func, all, rewards_->names(), num_tokens_);
+  if (corrects_sampling_) {
+    // TRL's correction of another engine's samples: old over sampling log-probs, per token or sequence
+    const ImportanceSampling is = importance_sampling_ratio(rows.old_logps, rows.sampling_logps, rows.completion_mask,
+                                                            importance_sampling_settings_from_config(cfg_));
+    rows.importance_sampling_ratio = is.ratio;
+    for (const auto& [name, value] : importance_sampling_metrics(*comm_, is)) generation.metrics[name] = value;
+  }
   keep_samples(drawn, rewards_per_func, rows.advantages);
 
   // the store: what this rank generated, for μ > 1 reuse, resume and inspection
@@ -165,6 +179,15 @@ Trainer::Drawn Trainer::draw_replayed(int64_t generation_step) {
                        std::find(params.eos_ids.begin(), params.eos_ids.end(), c.back()) != params.eos_ids.end();
     rows.truncated[i] = !ended;
   }
+  if (!g.logprobs.empty()) {
+    // the file's sampler log-probs: these completions count as sampled by another engine
+    drawn.sampled.logprobs = torch::zeros({N, width}, torch::kFloat64);
+    for (int64_t i = 0; i < N; ++i) {
+      const auto& lp = g.logprobs[static_cast<size_t>(i)];
+      drawn.sampled.logprobs[i].slice(0, 0, static_cast<int64_t>(lp.size())).copy_(torch::tensor(lp, torch::kFloat64));
+    }
+    drawn.sampled_elsewhere = true;
+  }
   return drawn;
 }
 
@@ -236,6 +259,11 @@ Trainer::Generation Trainer::reload_generation(int64_t generation_step) {
   if (!needs_old_logps_) generation.rows.old_logps = torch::Tensor();  // the sampler's, kept for inspection only
   if (cfg_.grpo.beta <= 0) generation.rows.ref_logps = torch::Tensor();
   generation.rows.num_items_in_batch = static_cast<int64_t>(attrs.numbers.at("num_items_in_batch"));
+  if (corrects_sampling_)  // the same ratio as at the start of the cycle: both log-probs are stored
+    generation.rows.importance_sampling_ratio =
+        importance_sampling_ratio(generation.rows.old_logps, generation.rows.sampling_logps,
+                                  generation.rows.completion_mask, importance_sampling_settings_from_config(cfg_))
+            .ratio;
   generation.order = micro_batch_order(generation_step, generation.rows.size());
   return generation;
 }

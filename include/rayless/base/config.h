@@ -116,6 +116,12 @@ struct GrpoConfig {
   double ref_model_mixup_alpha = 0.6;
   int64_t ref_model_sync_steps = 512;
   int64_t logprob_chunk_size = 256;                 // positions per LM-head chunk in the fused path
+  // TRL's correction of rollouts sampled by another engine (a replay file with log-probs)
+  bool vllm_importance_sampling_correction = true;
+  ImportanceSamplingMode vllm_importance_sampling_mode = ImportanceSamplingMode::SequenceMask;
+  double vllm_importance_sampling_clip_max = 3.0;   // C_max; 0 = none (TRL's None)
+  double vllm_importance_sampling_clip_min = 0.0;   // C_min; 0 = none (TRL's None)
+  double off_policy_mask_threshold = 0.0;           // DeepSeek-V3.2's off-policy sequence mask; 0 = off (TRL's None)
 };
 
 struct OptimConfig {

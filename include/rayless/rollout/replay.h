@@ -6,7 +6,11 @@
 //    "completion_ids": [[12, 7, 258], ...],       N completions, unpadded, as generated
 //    "prompt_ids": [[...], ...],                  optional: the prompt tokens the file's writer used;
 //                                                  rayless builds its own and refuses a mismatch
-//    "shuffle": [3, 0, 2, 1, ...]}                optional: the order in which micro-batches take rows
+//    "shuffle": [3, 0, 2, 1, ...],                optional: the order in which micro-batches take rows
+//    "logprobs": [[-1.2, -0.3, -0.01], ...]}      optional: the sampler's log-prob of each completion
+//                                                  token (null = not scored), as TRL's rollout_func
+//                                                  returns them: the completions then count as sampled
+//                                                  by another engine (importance_sampling.h)
 //
 // Everything else (prompt tokens, rewards, advantages, log-probs, masks, loss, updates) is rayless's
 // own. This is how whole training steps are checked against TRL (tests/data/trl-steps/), and how a
@@ -27,6 +31,7 @@ struct ReplayedGeneration {
   std::vector<std::vector<int64_t>> completion_ids;  // [N] unpadded
   std::vector<std::vector<int64_t>> prompt_ids;      // [N] or empty when the file has none
   std::vector<int64_t> shuffle;                      // permutation of 0..N-1, or empty
+  std::vector<std::vector<double>> logprobs;         // [N] one per completion token (NaN = null), or empty
   std::string where;                                 // "file:line" for messages
 };
 
@@ -38,10 +43,13 @@ class ReplaySource {
   // InputError naming the file when it holds no line for (step, rank).
   const ReplayedGeneration& at(int64_t step, int64_t rank) const;
   const std::string& path() const { return path_; }
+  // every line has "logprobs" (a file where some lines have them and others not is refused)
+  bool has_logprobs() const { return has_logprobs_; }
 
  private:
   std::string path_;
   std::map<std::pair<int64_t, int64_t>, ReplayedGeneration> generations_;
+  bool has_logprobs_ = false;
 };
 
 }  // namespace rayless

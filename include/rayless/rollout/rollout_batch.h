@@ -22,6 +22,11 @@ struct RolloutBatch {
   torch::Tensor advantages;                      // [N] float32
   torch::Tensor old_logps;                       // [N, T] or undefined (μ = 1 skips the pass)
   torch::Tensor ref_logps;                       // [N, T] when beta > 0
+  // completions sampled by another engine (a replay file with log-probs): the
+  // sampler's log-probs [N, T], and TRL's importance ratio of old to sampling log-probs ([N, T] or
+  // [N, 1]) when grpo.vllm_importance_sampling_correction applies; undefined otherwise
+  torch::Tensor sampling_logps;
+  torch::Tensor importance_sampling_ratio;
   int64_t num_items_in_batch = 0;                // active completion tokens of the whole generation, all ranks
 
   int64_t size() const { return completion_ids.defined() ? completion_ids.size(0) : 0; }

@@ -81,10 +81,14 @@ class Trainer {
     std::vector<nlohmann::json> fields;  // dataset rows (for rewards)
     std::vector<std::string> completion_texts;  // decoded by score()
     GenerationOutput sampled;            // the sampler's log-probs and entropies (undefined when replayed)
+    bool sampled_elsewhere = false;      // by another engine (a replay file with log-probs)
   };
 
   // generation (trainer_generation.cpp)
   Generation generate_and_score(int64_t generation_step);
+  // what follows the draw, however the completions came: advantages, old/reference log-probs, the
+  // importance-sampling correction, metrics, the store
+  Generation finish_generation(Drawn drawn, const torch::Tensor& rewards_per_func);
   Drawn draw_sampled(int64_t generation_step);
   Drawn draw_replayed(int64_t generation_step);
   void add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where);
@@ -168,7 +172,8 @@ class Trainer {
   // derived once
   int64_t steps_per_generation_ = 1;
   int64_t micro_steps_per_cycle_ = 1;  // steps_per_generation x μ
-  bool needs_old_logps_ = false;       // TRL: only when the policy can change within a cycle
+  bool needs_old_logps_ = false;       // TRL: only when the policy can change within a cycle, or to correct
+  bool corrects_sampling_ = false;     // TRL's importance-sampling correction applies (completions from elsewhere)
   torch::Dtype logp_dtype_ = torch::kFloat32;  // log-probs, entropies, the loss: float64 with a float64 model
 
   // per-step measurements
