@@ -436,7 +436,7 @@ std::vector<double> read_number_attr(hid_t attr, const std::string& where, const
 struct AttrReader {
   std::string where;
   RolloutAttrs* attrs = nullptr;
-  int64_t step = -1, rank = -1, schema = -1;
+  int64_t step = -1, rank = -1, schema = -1, policy_version = -1;
   std::exception_ptr error;  // thrown while visiting: carried past HDF5's C frames, rethrown after
 };
 
@@ -479,6 +479,7 @@ void visit_attr_or_throw(hid_t object, const char* name_c, AttrReader* reader) {
     else if (name == "step") reader->step = static_cast<int64_t>(first);
     else if (name == "rank") reader->rank = static_cast<int64_t>(first);
     else if (name == "schema_version") reader->schema = static_cast<int64_t>(first);
+    else if (name == "policy_version") reader->policy_version = static_cast<int64_t>(first);
     else a.numbers[name] = first;
   }
 }
@@ -512,6 +513,7 @@ Rollouts read_group(hid_t group, const std::string& where, RolloutAttrs* attrs_o
   r.ref_logps = read_tensor(group, "ref_logps", where, false);
   r.truncated = read_tensor(group, "truncated", where).to(torch::kBool);
   r.sampling_logps = read_tensor(group, "sampling_logps", where, false);
+  r.policy_version = reader.policy_version;
   r.validate(where);
   if (attrs_out) *attrs_out = std::move(attrs);
   return r;
@@ -616,6 +618,7 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
     if (r.ref_logps.defined()) write_tensor(group, "ref_logps", r.ref_logps);
     if (r.sampling_logps.defined()) write_tensor(group, "sampling_logps", r.sampling_logps);
     write_tensor(group, "truncated", r.truncated.to(torch::kUInt8));
+    if (r.policy_version >= 0) write_attr(group, "policy_version", r.policy_version);
     write_attr(group, "schema_version", kRolloutSchemaVersion);
     write_attr(group, "step", r.step);
     write_attr(group, "rank", r.rank);

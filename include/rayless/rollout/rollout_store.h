@@ -36,9 +36,10 @@ struct Rollouts {
   torch::Tensor completion_mask;     // bool [T]: 1 = token counts (up to and including EOS)
   torch::Tensor ref_logps;           // float32/float64 [T] when beta > 0, else undefined
   torch::Tensor truncated;           // bool [N]: hit max_completion_length without EOS
-  // completions sampled by another engine (a replay file with log-probs): the
+  // completions sampled by another engine (generation ranks, a replay file with log-probs): the
   // sampler's log-probs, float32/float64 [T], beside the trainer's old_logps (undefined otherwise)
   torch::Tensor sampling_logps;
+  int64_t policy_version = -1;       // optimizer steps done by the policy that sampled them (-1: not recorded)
 
   int64_t size() const { return group_index.defined() ? group_index.size(0) : 0; }
   // Checks shapes, dtypes and offsets; InputError naming the first problem (`where` prefixes it).
