@@ -14,6 +14,7 @@ enum class RewardAggregation { SumThenNormalize, NormalizeThenSum };            
 enum class ImportanceSamplingLevel { Token, Sequence };                             // grpo.importance_sampling_level
 enum class EntropyThresholdMethod { Gather, Select };                               // grpo.entropy_threshold_method
 enum class ImportanceSamplingMode { TokenTruncate, TokenMask, SequenceTruncate, SequenceMask };  // grpo.vllm_importance_sampling_mode
+enum class WeightSyncDtype { Model, BFloat16 };                                     // distributed.weight_sync_dtype
 enum class DeviceChoice { Auto, Cpu, Cuda };                                        // model.device
 enum class ModelDtype { Float32, BFloat16, Float16, Float64 };                      // model.dtype
 enum class PromptTruncation { Error, Left };                                        // data.truncation
@@ -35,6 +36,7 @@ RAYLESS_DECLARE_CHOICES(RewardAggregation)
 RAYLESS_DECLARE_CHOICES(ImportanceSamplingLevel)
 RAYLESS_DECLARE_CHOICES(EntropyThresholdMethod)
 RAYLESS_DECLARE_CHOICES(ImportanceSamplingMode)
+RAYLESS_DECLARE_CHOICES(WeightSyncDtype)
 RAYLESS_DECLARE_CHOICES(DeviceChoice)
 RAYLESS_DECLARE_CHOICES(ModelDtype)
 RAYLESS_DECLARE_CHOICES(PromptTruncation)

@@ -1,5 +1,6 @@
-// The correction TRL 1.16 applies to completions that another engine sampled (vLLM there; here a
-// replay file that carries the sampler's log-probs): the loss of each token is weighed by the importance ratio
+// The correction TRL 1.16 applies to completions that another engine sampled (vLLM there; here the
+// generation ranks of asynchronous GRPO, whose policy lags by grpo.async_lag, or a replay file that
+// carries the sampler's log-probs): the loss of each token is weighed by the importance ratio
 // exp(old - sampling) of the trainer's old log-probs to the sampling log-probs, per token or per
 // sequence (summed log-ratios), clipped to [C_min, C_max] (truncate) or zeroed outside it (mask).
 // Names and defaults are TRL's (grpo.vllm_importance_sampling_*). docs/grpo.md has the formulas.
