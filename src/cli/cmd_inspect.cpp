@@ -16,7 +16,7 @@
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
 #include "rayless/rollout/rollout_store.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace fs = std::filesystem;
 

@@ -4,7 +4,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/dataset.h"
 
 namespace rayless {

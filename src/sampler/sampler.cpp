@@ -79,7 +79,7 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
 
   auto [prompt_ids, prompt_mask] = left_pad(prompts, params.pad_id);
   const int64_t prompt_len = prompt_ids.size(1);
-  std::optional<FusedDecodingWeights> fused;
+  std::optional<FusedGenerationWeights> fused;
   if (params.fused_weights) fused.emplace(model);
   KVCache cache;
   cache.capacity_hint = prompt_len + params.max_new_tokens;

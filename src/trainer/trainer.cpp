@@ -6,7 +6,7 @@
 #include <csignal>
 #include <optional>
 
-#include "rayless/base/bfloat16_products.h"
+#include "rayless/ops/kernel_plan.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/failure_message.h"
 #include "rayless/base/files.h"
@@ -15,9 +15,9 @@
 #include "rayless/grpo/entropy_mask.h"
 #include "rayless/grpo/entropy_threshold.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/rollout/replay.h"
@@ -90,8 +90,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   }
   torch::manual_seed(cfg_.train.seed);
   // how bfloat16 products run on the CPU (train.bf16_products), for every pass of this run
-  set_bfloat16_products(cfg_.train.bf16 && device_.is_cpu() ? bfloat16_products_for(cfg_.train.bf16_products)
-                                                            : BFloat16Products::bfloat16);
+  ops::set_bfloat16_products(cfg_.train.bf16 && device_.is_cpu() ? ops::bfloat16_products_for(cfg_.train.bf16_products)
+                                                                 : ops::BFloat16Products::bfloat16);
 
   steps_per_generation_ = cfg_.effective_steps_per_generation(training_ranks);
   micro_steps_per_cycle_ = steps_per_generation_ * cfg_.grpo.num_iterations;
@@ -166,11 +166,15 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
                tokenizer_->class_origin().empty() ? tokenizer_->kind() : tokenizer_->class_origin(), ", chat template ",
                prompt_format_.chat_template.source(), ", output ", output_dir_.string()));
   if (const std::string note = tokenizer_->class_change_note(); !note.empty()) log_warn(note);
+  // which kernel each op runs on this machine, as `rayless version` prints it (docs/kernels.md)
+  std::string kernels = "kernel plan:";
+  for (const std::string& entry : ops::kernel_plan().describe()) kernels += "\n  " + entry;
+  log_info(kernels);
   if (dataset_.skipped_lines > 0)
     log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
                  dataset_.first_skip_reason, ")"));
   if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units()) {
-    if (bfloat16_products() == BFloat16Products::bfloat16)
+    if (ops::bfloat16_products() == ops::BFloat16Products::bfloat16)
       log_warn("train.bf16 = true with train.bf16_products = \"bfloat16\" on a CPU without bfloat16 matrix units "
                "(AVX512-BF16 or AMX): its bfloat16 products are emulated in float32, many times slower (a training "
                "pass 19x slower than in float32 on an AMD EPYC with AVX2); train.bf16_products = \"float32\" "
@@ -306,7 +310,7 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
     const std::string stream = str(cfg_.train.seed, "/", comm_->rank(), "/", micro_step_, "/lora_dropout");
     torch::manual_seed(fnv1a64(stream.data(), stream.size()));
   }
-  LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask, batch.prompt_width());
+  ops::LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask, batch.prompt_width());
   LossInputs in;
   in.per_token_logps = current.logps.to(logp_dtype_);
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);

@@ -6,7 +6,7 @@
 
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
@@ -55,7 +55,7 @@ StepMetrics Trainer::evaluate() {
     torch::Generator generator = stream_generator(cfg_.train.seed, rank, optimizer_step_, "eval");
     policy_->eval();
     {
-      AutocastScope autocast(cfg_.train.bf16, device_);
+      ops::AutocastScope autocast(cfg_.train.bf16, device_);
       drawn.sampled = generate(policy_, unique_prompts, params, generator, tokenizer_.get());
     }
     policy_->train();

@@ -9,9 +9,9 @@
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
 #include "rayless/grpo/advantages.h"
+#include "rayless/grpo/completion_logprobs.h"
 #include "rayless/grpo/importance_sampling.h"
-#include "rayless/model/completion_logprobs.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/rollout/replay.h"
@@ -122,7 +122,7 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step, const RowPiece& pi
   policy_->eval();
   const auto start = Clock::now();
   {
-    AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
+    ops::AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
     drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
   }
   sampling_seconds_ += seconds_since(start);
@@ -239,7 +239,7 @@ torch::Tensor Trainer::score(Drawn& drawn) {
 void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropies) {
   torch::NoGradGuard no_grad;
   if (needs_old_logps_) {
-    LogprobsAndEntropies old =
+    ops::LogprobsAndEntropies old =
         policy_logprobs(policy_, rows.prompt_ids, rows.completion_ids, rows.completion_mask, rows.prompt_width());
     ++old_logprob_passes_;
     // the batch lives on the host (micro-batches are cut from it by host indices); found on a GPU
@@ -250,7 +250,7 @@ void Trainer::old_and_reference_logps(RolloutBatch& rows, torch::Tensor& entropi
     // with LoRA the reference is the policy's own base: adapters off for this pass
     std::optional<AdaptersDisabled> base_only;
     if (cfg_.lora.enabled) base_only.emplace(policy_);
-    LogprobsAndEntropies ref = policy_logprobs(cfg_.lora.enabled ? policy_ : reference_, rows.prompt_ids,
+    ops::LogprobsAndEntropies ref = policy_logprobs(cfg_.lora.enabled ? policy_ : reference_, rows.prompt_ids,
                                                rows.completion_ids, rows.completion_mask, rows.prompt_width());
     rows.ref_logps = ref.logps.to(torch::kCPU, logp_dtype_);
   }
@@ -299,10 +299,10 @@ torch::Tensor Trainer::micro_batch_order(int64_t generation_step, int64_t rows) 
 
 // Per-token log-probs and entropies of the completion tokens (packed unless train.padding_free is off),
 // through the fused LM head (no [B, T, V] logits), logits divided by the sampling temperature as TRL does.
-LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+ops::LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                               const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                               int64_t prompt_width) {
-  AutocastScope autocast(cfg_.train.bf16, device_);
+  ops::AutocastScope autocast(cfg_.train.bf16, device_);
   CompletionLogprobOptions options;
   options.pad_id = tokenizer_->pad_id();
   options.temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;

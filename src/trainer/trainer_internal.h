@@ -9,7 +9,7 @@
 
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/autocast_scope.h"
+#include "rayless/ops/autocast_scope.h"
 
 namespace rayless::trainer_detail {
 

@@ -5,7 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/sampler/sampler.h"
 
 using namespace rayless;

@@ -8,9 +8,9 @@
 
 #include "helpers.h"
 #include "rayless/base/error.h"
-#include "rayless/model/completion_logprobs.h"
-#include "rayless/model/hf_checkpoint.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/grpo/completion_logprobs.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/safetensors.h"
 #include "rayless/sampler/sampler.h"
 
 using namespace rayless;

@@ -7,7 +7,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/chat_template.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"

@@ -2,8 +2,8 @@
 
 #include "model/helpers.h"
 #include "rayless/base/error.h"
-#include "rayless/model/hf_checkpoint.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/safetensors.h"
 #include "rayless/sampler/sampler.h"
 
 using namespace rayless;

@@ -11,7 +11,7 @@
 
 #include "bench/benches.h"
 #include "cli/options.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/sampler/sampler.h"
 
 namespace rayless::cli {

@@ -69,7 +69,7 @@ else
   step deps use_carried_packages
   step cuda use_cuda_and_nccl
   # only what the steps below run
-  step build build_for_gpu "$build_dir" rayless rayless-bench rayless-refcheck test-devices test-devices-mpi test-comm-mpi \
+  step build build_for_gpu "$build_dir" rayless rayless-bench rayless-refcheck rayless-op-times test-devices test-devices-mpi test-comm-mpi \
     test-model test-sampler
 fi
 step versions versions
@@ -178,17 +178,11 @@ step train-padded train_variant padded --set train.padding_free=false
 step train-autocast train_variant autocast --set model.dtype=float32 --set train.bf16=true
 
 # ---- 3. measurements ------------------------------------------------------------------------------
-# where one generation's host time goes, by ATen operator (tools/bench/experiments/op_times.cpp,
-# preloaded): 128 tokens for one prompt; on a GPU the operators that wait for it absorb its time
+# where one generation's host time goes, by ATen operator (tools/profile/op_times.cpp, preloaded):
+# 128 tokens for one prompt; on a GPU the operators that wait for it absorb its time
 profile_generation() {
-  local python=python3
-  [ $dry_run = 1 ] && python=.venv/bin/python
-  local torch_root
-  torch_root=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || return 1
-  g++ -O2 -std=c++17 -w -shared -fPIC -I"$torch_root/include" -I"$torch_root/include/torch/csrc/api/include" \
-    tools/bench/experiments/op_times.cpp -L"$torch_root/lib" -Wl,-rpath,"$torch_root/lib" -ltorch_cpu -lc10 \
-    -o "$WORK/libop_times.so" || return 1
-  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$WORK/libop_times.so timeout 180 "$build_dir/rayless" generate --model "$model_dir" \
+  [ -f "$build_dir/librayless-op-times.so" ] || cmake --build "$build_dir" --target rayless-op-times || return 1
+  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$build_dir/librayless-op-times.so timeout 180 "$build_dir/rayless" generate --model "$model_dir" \
     --tokenizer byte --prompt "The first GPU run of rayless" --max-new-tokens 128 --device "$device" --dtype "$dtype" \
     > /dev/null
 }

@@ -55,7 +55,7 @@ struct GenerationConfig {
   double repetition_penalty = 1.0;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> eos_token_ids;       // empty = the tokenizer's / generation_config's
-  bool fused_weights = true;                // decode on fused, packed copies (FusedDecodingWeights)
+  bool fused_weights = true;                // decode on fused, packed copies (FusedGenerationWeights)
 };
 
 // [reward.workers.NAME]: a reward worker of its own (a long-running process, docs/rewards.md).
@@ -145,7 +145,7 @@ struct TrainConfig {
   int64_t per_device_train_batch_size = 8;          // completions per rank per micro-step
   int64_t gradient_accumulation_steps = 1;
   bool bf16 = true;                                 // TRL's GRPOConfig default
-  std::string bf16_products = "auto";               // auto | bfloat16 | float32 (base/bfloat16_products.h)
+  std::string bf16_products = "auto";               // auto | bfloat16 | float32 (ops/kernel_plan.h)
   bool gradient_checkpointing = true;               // TRL's GRPOConfig default
   bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
   std::string output_dir = "runs/default";

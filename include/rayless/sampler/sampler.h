@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "rayless/model/model.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace rayless {
 
@@ -27,7 +27,7 @@ struct SamplingParams {
   std::vector<std::string> stop_strings;  // ends a completion after the token completing one (needs tokenizer)
   int64_t pad_id = 0;
   bool return_logprobs = false;
-  bool fused_weights = true;        // decode on FusedDecodingWeights (one copy of the layer weights)
+  bool fused_weights = true;        // decode on FusedGenerationWeights (one copy of the layer weights)
 };
 
 struct GenerationOutput {

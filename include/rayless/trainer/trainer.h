@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "rayless/base/config.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/ops.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/model/lora.h"
 #include "rayless/model/model.h"
@@ -109,7 +109,7 @@ class Trainer {
   // fnv1a64 of this rank's stored file of a generation ("" when there is none)
   std::string generation_file_hash(int64_t generation_step) const;
   torch::Tensor micro_batch_order(int64_t generation_step, int64_t rows) const;
-  LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+  ops::LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                        int64_t prompt_width);
 
