@@ -432,12 +432,21 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(bool_field("lora.use_rslora", REF(lora.use_rslora), "rank-stabilised scaling alpha / sqrt(r) (PEFT: use_rslora)"));
 }
 
+void add_agent_fields(std::vector<ConfigField>& f) {
+  // [environment], [agent]; the [tools.NAME] tables are read like the named reward tables
+  f.push_back(string_field("environment.command", REF(environment.command), {}, "environment worker: one instance per rollout with reset(**row), tool methods and get_reward() (TRL's environment_factory; docs/tools.md); empty = none"));
+  f.push_back(float_field("environment.timeout_s", REF(environment.timeout_s), 0.001, kInf, "seconds one reset, tool call or get_reward may take; longer stops the run"));
+  f.push_back(int_field("agent.max_tool_calling_iterations", REF(agent.max_tool_calling_iterations), -1, kNoMax, "rounds of tool calls per rollout (TRL's max_tool_calling_iterations; -1 = no limit, as TRL's None; 0 = calls are parsed but never run)"));
+  f.push_back(string_field("agent.tool_call_format", REF(agent.tool_call_format), {"auto", "qwen", "llama3"}, "how completions write tool calls: qwen = <tool_call>{...}</tool_call> (Qwen2.5, Qwen3), llama3 = {\"name\": ..., \"parameters\": ...} (Llama 3.1, 3.2); auto = from the chat template"));
+}
+
 std::vector<ConfigField> build_fields() {
   std::vector<ConfigField> f;
   add_model_and_data_fields(f);
   add_generation_and_rewards_fields(f);
   add_grpo_fields(f);
   add_training_fields(f);
+  add_agent_fields(f);
   return f;
 }
 #undef REF
@@ -564,6 +573,48 @@ void set_named_reward_key(Config& config, const std::string& full, const toml::n
   }
 }
 
+// tools.NAME.KEY: a tool worker table
+bool is_tool_key(const std::string& name) { return name.rfind("tools.", 0) == 0; }
+
+void set_tool_key(Config& config, const std::string& full, const toml::node& node, const std::string& where) {
+  const std::string rest = full.substr(6);
+  const size_t dot = rest.find('.');
+  inputCheck(dot != std::string::npos, where, "key ", full, ": expected tools.NAME.KEY");
+  const std::string name = rest.substr(0, dot), key = rest.substr(dot + 1);
+  inputCheck(valid_table_name(name), where, "[tools.", name, "]: a name is letters, digits, _ and - only");
+  ToolWorkerConfig& t = config.tools[name];
+  if (key == "command") {
+    auto v = node.value_exact<std::string>();
+    if (!v) bad_value(where, full, node, "a string");
+    t.command = *v;
+  } else if (key == "timeout_s") {
+    t.timeout_s = read_float(node, where, full, 0.001, kInf, "a number >= 0.001");
+  } else {
+    throw InputError(str(where, "unknown key ", full, " (a tool table has command, timeout_s)"));
+  }
+}
+
+// [tools.NAME] tables
+void set_tool_tables(Config& config, const toml::node& node, const std::string& path) {
+  const toml::table* tables = node.as_table();
+  inputCheck(tables != nullptr, path, ":", node.source().begin.line, ": tools must be tables [tools.NAME]");
+  for (const auto& [name, table_node] : *tables) {
+    const toml::table* table = table_node.as_table();
+    inputCheck(table != nullptr, path, ":", table_node.source().begin.line, ": tools.", name.str(),
+               " must be a table [tools.", name.str(), "] with a command");
+    config.tools[std::string(name.str())];  // an empty table still names one
+    for (const auto& [key, value] : *table)
+      set_tool_key(config, str("tools.", name.str(), ".", key.str()), value, str(path, ":", value.source().begin.line, ": "));
+  }
+}
+
+std::string tool_tables_toml(const Config& config) {
+  std::ostringstream out;
+  for (const auto& [name, t] : config.tools)
+    out << "\n[tools." << name << "]\ncommand = " << toml_quote(t.command) << "\ntimeout_s = " << float_literal(t.timeout_s) << "\n";
+  return out.str();
+}
+
 // [reward.workers] / [reward.models]: a table of named tables
 void set_named_reward_tables(Config& config, const std::string& kind, const toml::node& node, const std::string& path) {
   const toml::table* tables = node.as_table();
@@ -611,6 +662,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     const std::string where_section = str(path, ":", section_node.source().begin.line, ": ");
+    if (section == "tools") {
+      set_tool_tables(config, section_node, path);
+      continue;
+    }
     if (!section_node.is_table()) {  // a flat key at the top level, e.g. TRL's num_generations
       const std::string best = trl_names().count(section) ? trl_names().at(section) : closest_config_key("." + section);
       throw InputError(str(where_section, "unknown top-level key ", section,
@@ -669,7 +724,8 @@ void apply_override(Config& config, const std::string& assignment) {
   name.erase(name.find_last_not_of(" \t") + 1);
   const std::string value = assignment.substr(eq + 1);
   const ConfigField* field = find_field(name);
-  inputCheck(field != nullptr || is_named_reward_key(name), "--set ", name, ": unknown key", suggestion(name));
+  inputCheck(field != nullptr || is_named_reward_key(name) || is_tool_key(name), "--set ", name, ": unknown key",
+             suggestion(name));
   // The value is TOML (1, 0.5, true, "x", [1, 2]); a bare word that is not TOML is taken as a string.
   toml::table parsed;
   try {
@@ -677,6 +733,7 @@ void apply_override(Config& config, const std::string& assignment) {
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", value}};
   }
+  if (!field && is_tool_key(name)) return set_tool_key(config, name, *parsed.get("v"), "--set: ");
   if (!field) return set_named_reward_key(config, name, *parsed.get("v"), "--set: ");
   field->set(config, *parsed.get("v"), "--set: ");
 }
@@ -807,6 +864,13 @@ std::vector<CrossFieldRule> other_rules() {
                       " needs distributed.generation_ranks > 0: without generation ranks no weights are sent");
          return "";
        }},
+      {"`[tools.NAME]` and `[environment]` exclude `distributed.generation_ranks > 0` (the generation ranks do not run the "
+       "tool loop yet)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks == 0 || !c.agentic()) return "";
+         return "tools and environments ([tools.NAME], [environment]) cannot be used with distributed.generation_ranks > 0 "
+                "yet: the generation ranks sample single-turn completions";
+       }},
       {"`train.replay_rollouts` excludes `distributed.generation_ranks > 0` (replayed completions are not generated)", false,
        [](const Config& c, int64_t) -> std::string {
          if (c.distributed.generation_ranks == 0 || c.train.replay_rollouts.empty()) return "";
@@ -865,6 +929,11 @@ const std::vector<CrossFieldRule>& cross_field_rules() {
     std::vector<CrossFieldRule> all = first_rules();
     for (auto& rule : reward_rules()) all.push_back(std::move(rule));
     for (auto& rule : other_rules()) all.push_back(std::move(rule));
+    all.push_back({"every `[tools.NAME]` table has a `command`", false, [](const Config& c, int64_t) -> std::string {
+                     for (const auto& [name, t] : c.tools)
+                       if (t.command.empty()) return str("[tools.", name, "] has no command");
+                     return "";
+                   }});
     return all;
   }();
   return rules;
@@ -905,7 +974,7 @@ std::string config_to_toml(const Config& config) {
     }
     out << f.name.substr(section.size() + 1) << " = " << f.show(config) << "\n";
   }
-  return out.str() + named_reward_tables_toml(config.reward);
+  return out.str() + named_reward_tables_toml(config.reward) + tool_tables_toml(config);
 }
 
 std::string config_hash(const Config& config) {
@@ -915,8 +984,12 @@ std::string config_hash(const Config& config) {
     static const std::set<std::string> decisive = {"model", "tokenizer", "data", "generation", "reward"};
     if (decisive.count(section) || f.name == "grpo.num_generations") material += f.name + "=" + f.show(config) + "\n";
   }
-  // named reward tables only when present, so hashes of configs without them stay as they were
-  return fnv1a64_hex(material + named_reward_tables_toml(config.reward));
+  // named reward tables, tools and the environment only when present, so hashes of configs without
+  // them stay as they were
+  if (config.agentic())
+    for (const ConfigField& f : config_fields())
+      if (f.name.rfind("environment.", 0) == 0 || f.name.rfind("agent.", 0) == 0) material += f.name + "=" + f.show(config) + "\n";
+  return fnv1a64_hex(material + named_reward_tables_toml(config.reward) + tool_tables_toml(config));
 }
 
 }  // namespace rayless

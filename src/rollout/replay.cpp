@@ -47,16 +47,42 @@ ReplaySource::ReplaySource(const std::string& path) : path_(path) {
       inputCheck(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= 0, where,
                  ": \"", key, "\" must be an integer >= 0");
     inputCheck(j.contains("rows") && j["rows"].is_array(), where, ": \"rows\" must be a list of dataset rows");
-    inputCheck(j.contains("completion_ids"), where, ": \"completion_ids\" is missing");
+    inputCheck(j.contains("completion_ids") || j.contains("completion_turns"), where,
+               ": \"completion_ids\" is missing (or \"completion_turns\", the model's turns of a tool-calling run)");
     ReplayedGeneration g;
     g.where = where;
     g.rows = j["rows"].get<std::vector<nlohmann::json>>();
-    g.completion_ids = id_lists(j["completion_ids"], where, "completion_ids");
     const size_t n = g.rows.size();
     inputCheck(n > 0, where, ": \"rows\" is empty");
-    inputCheck(g.completion_ids.size() == n, where, ": ", g.completion_ids.size(), " completion_ids for ", n, " rows");
-    for (size_t i = 0; i < n; ++i)
-      inputCheck(!g.completion_ids[i].empty(), where, ": completion ", i, " is empty");
+    if (j.contains("completion_ids")) {
+      g.completion_ids = id_lists(j["completion_ids"], where, "completion_ids");
+      inputCheck(g.completion_ids.size() == n, where, ": ", g.completion_ids.size(), " completion_ids for ", n, " rows");
+      for (size_t i = 0; i < n; ++i)
+        inputCheck(!g.completion_ids[i].empty(), where, ": completion ", i, " is empty");
+    }
+    if (j.contains("completion_turns")) {
+      const auto& turns = j["completion_turns"];
+      inputCheck(turns.is_array() && turns.size() == n, where, ": \"completion_turns\" must hold one list of turns per row (",
+                 n, " rows)");
+      for (size_t i = 0; i < n; ++i) {
+        g.completion_turns.push_back(id_lists(turns[i], where, "completion_turns"));
+        inputCheck(!g.completion_turns.back().empty() && !g.completion_turns.back().front().empty(), where,
+                   ": completion_turns of row ", i, " has no first turn");
+      }
+    }
+    if (j.contains("tool_mask")) {
+      inputCheck(!g.completion_ids.empty() && g.completion_turns.empty(), where,
+                 ": \"tool_mask\" goes with \"completion_ids\" (with \"completion_turns\" rayless runs the tools and "
+                 "masks their tokens itself)");
+      const auto masks = id_lists(j["tool_mask"], where, "tool_mask");
+      inputCheck(masks.size() == n, where, ": ", masks.size(), " tool_mask lists for ", n, " rows");
+      for (size_t i = 0; i < n; ++i) {
+        inputCheck(masks[i].size() == g.completion_ids[i].size(), where, ": tool_mask of row ", i, " has ",
+                   masks[i].size(), " entries for ", g.completion_ids[i].size(), " completion tokens");
+        for (int64_t v : masks[i]) inputCheck(v == 0 || v == 1, where, ": tool_mask of row ", i, " holds ", v, " (0 or 1)");
+      }
+      g.tool_mask = masks;
+    }
     if (j.contains("prompt_ids")) {
       g.prompt_ids = id_lists(j["prompt_ids"], where, "prompt_ids");
       inputCheck(g.prompt_ids.size() == n, where, ": ", g.prompt_ids.size(), " prompt_ids for ", n, " rows");

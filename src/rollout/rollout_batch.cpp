@@ -12,6 +12,12 @@ int64_t RolloutBatch::prompt_width() const {
   return width;
 }
 
+torch::Tensor RolloutBatch::model_lengths() const {
+  if (!tool_mask.defined()) return raw_lengths;
+  const torch::Tensor real = torch::arange(completion_ids.size(1)).unsqueeze(0) < raw_lengths.unsqueeze(1);
+  return (tool_mask * real.to(torch::kFloat32)).sum(1).to(torch::kInt64);
+}
+
 Rollouts pack_rollouts(const RolloutBatch& batch, int64_t rank, const RolloutExtras& extras) {
   const int64_t N = batch.size();
   Rollouts r;
@@ -45,6 +51,8 @@ Rollouts pack_rollouts(const RolloutBatch& batch, int64_t rank, const RolloutExt
   if (batch.sampling_logps.defined()) r.sampling_logps = flat(batch.sampling_logps);
   r.truncated = batch.truncated;
   r.policy_version = batch.policy_version;
+  if (batch.tool_mask.defined()) r.tool_mask = flat(batch.tool_mask).to(torch::kBool);
+  r.conversations = extras.conversations;
   return r;
 }
 
@@ -88,6 +96,7 @@ RolloutBatch unpack_rollouts(const Rollouts& r, int64_t completion_width, int64_
   if (r.ref_logps.defined()) batch.ref_logps = padded(r.ref_logps, 0.0, r.ref_logps.scalar_type());
   if (r.sampling_logps.defined()) batch.sampling_logps = padded(r.sampling_logps, 0.0, r.sampling_logps.scalar_type());
   batch.policy_version = r.policy_version;
+  if (r.tool_mask.defined()) batch.tool_mask = padded(r.tool_mask, 1.0, torch::kFloat32);  // TRL pads it with 1
   return batch;
 }
 

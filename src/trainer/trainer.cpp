@@ -6,6 +6,8 @@
 #include <csignal>
 #include <optional>
 
+#include "rayless/agent/tool_chat.h"
+#include "rayless/agent/tool_workers.h"
 #include "rayless/ops/kernel_plan.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/failure_message.h"
@@ -107,6 +109,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   prompt_format_ = prompt_format_from_config(cfg_.tokenizer, cfg_.model.path);
   // reward models run on the rank's device in the policy's dtype
   rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
+  start_agent();  // tool and environment workers; their tools join the prompts (before the lengths are checked)
   // every row checked now (prompt length after the template, what the rewards need), not hours in
   const auto data_start = Clock::now();
   dataset_ = load_prompt_dataset(cfg_.data);
@@ -123,6 +126,12 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
       eval_dataset_.rows.resize(static_cast<size_t>(cfg_.eval.max_samples));
   }
+  if (tool_chat_)  // TRL runs tools only for conversational prompts
+    for (const PromptDataset* d : {&dataset_, &eval_dataset_})
+      for (const PromptRow& row : d->rows)
+        inputCheck(row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), d->path, ":", row.line,
+                   ": tools and environments need conversational prompts (a \"", cfg_.data.messages_field,
+                   "\" list, or set tokenizer.chat_template to wrap plain text as a user message)");
   const double data_seconds = seconds_since(data_start);
   check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
   shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
@@ -319,12 +328,14 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   if (batch.importance_sampling_ratio.defined())
     in.importance_sampling_ratio = batch.importance_sampling_ratio.index_select(0, rows).to(device_);
   in.advantages = batch.advantages.index_select(0, rows).to(device_);
-  in.completion_mask = completion_mask;
+  // the loss and the ratio count the model's own tokens only (TRL: completion_mask x tool_mask)
+  in.completion_mask = batch.tool_mask.defined() ? completion_mask * batch.tool_mask.index_select(0, rows).to(device_)
+                                                 : completion_mask;
   in.entropies = current.entropies.detach().to(logp_dtype_);
   in.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
   StepMetrics threshold;
   if (cfg_.grpo.top_entropy_quantile < 1.0)
-    in.entropy_mask = entropy_mask_of(in.entropies, completion_mask, batch.generation_step, threshold);
+    in.entropy_mask = entropy_mask_of(in.entropies, in.completion_mask, batch.generation_step, threshold);
   const LossOutput out = compute_loss(in, loss_settings_);
   out.loss.backward();
   optimizer_->after_backward();  // ZeRO-2: this rank keeps only its shard of the averaged gradient

@@ -153,7 +153,7 @@ void Trainer::generate_share(int64_t generation_step) {
     RolloutBatch& rows = drawn[i].rows;
     rows.advantages = all.advantages.slice(0, pieces[i].first, pieces[i].last);
     rows.sampling_logps = drawn[i].sampled.logprobs.to(logp_dtype_);
-    RolloutExtras extras{rewards[i], all.rewards.slice(0, pieces[i].first, pieces[i].last), drawn[i].sampled.entropies, {}};
+    RolloutExtras extras{rewards[i], all.rewards.slice(0, pieces[i].first, pieces[i].last), drawn[i].sampled.entropies, {}, {}};
     parts.push_back(pack_rollouts(rows, j, extras));
   }
   Rollouts share = join_rollouts(parts);

@@ -81,7 +81,7 @@ void Trainer::save(bool at_optimizer_boundary) {
       rank_state.in_flight.push_back({r.step, r.policy_version, hex64(fnv1a64(bytes.data(), bytes.size()))});
     }
   } else {
-    rank_state = RankState{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage()};
+    rank_state = RankState{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage(), false, {}};
     // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
     if (position_in_cycle() != 0) rank_state.generation_file_hash = generation_file_hash(state.generation_step);
     optimizer_->collect_state();  // collective over the training ranks: ZeRO gathers the AdamW moments to rank 0

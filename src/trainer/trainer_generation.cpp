@@ -5,6 +5,8 @@
 
 #include <optional>
 
+#include "rayless/agent/tool_chat.h"
+#include "rayless/agent/tool_workers.h"
 #include "rayless/model/lora.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
@@ -53,20 +55,22 @@ Trainer::Generation Trainer::finish_generation(Drawn drawn, const torch::Tensor&
 
   torch::Tensor entropies = drawn.sampled.entropies;  // the sampler's, unless the old-log-prob pass runs
   old_and_reference_logps(rows, entropies);
-  rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.completion_mask.sum().item<double>()));
+  rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.loss_mask().sum().item<double>()));
   generation.metrics = generation_metrics(*comm_, rows, all_rewards_per_func, all, rewards_->names(), num_tokens_);
   if (corrects_sampling_) {
     // TRL's correction of another engine's samples: old over sampling log-probs, per token or sequence
-    const ImportanceSampling is = importance_sampling_ratio(rows.old_logps, rows.sampling_logps, rows.completion_mask,
+    const ImportanceSampling is = importance_sampling_ratio(rows.old_logps, rows.sampling_logps, rows.loss_mask(),
                                                             importance_sampling_settings_from_config(cfg_));
     rows.importance_sampling_ratio = is.ratio;
     for (const auto& [name, value] : importance_sampling_metrics(*comm_, is)) generation.metrics[name] = value;
   }
+  for (const auto& [name, value] : tool_metrics(drawn)) generation.metrics[name] = value;
   keep_samples(drawn, rewards_per_func, rows.advantages);
 
   // the store: what this rank generated, for μ > 1 reuse, resume and inspection
   RolloutExtras extras{rewards_per_func, all.rewards.slice(0, first_row, first_row + rows.size()), entropies,
-                       drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor()};
+                       drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor(), {}};
+  for (const AgentRollout& r : drawn.rollouts) extras.conversations.push_back(r.record().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   RolloutAttrs attrs = store_attrs(cfg_.grpo.num_generations);
   attrs.numbers["old_logps_are_sampling_logps"] = rows.old_logps.defined() ? 0.0 : 1.0;
   attrs.numbers["num_items_in_batch"] = static_cast<double>(rows.num_items_in_batch);
@@ -91,12 +95,15 @@ Trainer::Drawn Trainer::draw_prompts(int64_t generation_step, const RowPiece& pi
   const int64_t G = cfg_.grpo.num_generations;
   const PromptShard shard = shard_prompts(shard_spec_, 0, data_cursor(generation_step));
   Drawn drawn;
+  std::vector<PromptRow> rows;
   for (int64_t i = piece.first; i < piece.last; ++i) {
     const int64_t dataset_row = shard.rows[static_cast<size_t>(i / G)];
-    const PromptRow& row = dataset_.rows[static_cast<size_t>(dataset_row)];
-    add_prompt(drawn, row, str(dataset_.path, ":", row.line));
+    rows.push_back(dataset_.rows[static_cast<size_t>(dataset_row)]);
+    drawn.where.push_back(str(dataset_.path, ":", rows.back().line));
     drawn.rows.group_index.push_back(dataset_row);
   }
+  reset_environments(rows, drawn.where);  // each rollout's environment first: its observation is part of the prompt
+  for (size_t k = 0; k < rows.size(); ++k) add_prompt(drawn, rows[k], drawn.where[k]);
   drawn.rows.generation_step = generation_step;
   return drawn;
 }
@@ -111,8 +118,9 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step, const RowPiece& pi
   for (int64_t i = piece.first; i < piece.last; ++i)
     if (i % G == 0) unique_prompts.push_back(drawn.rows.prompt_ids[static_cast<size_t>(i - piece.first)]);
 
-  // one batched, KV-cached pass: G samples per prompt when the groups are whole here, else one per row
-  const bool whole_groups = piece.first % G == 0 && piece.size() % G == 0;
+  // one batched, KV-cached pass: G samples per prompt when the groups are whole here (and the prompts
+  // are the dataset's: environments may tell each rollout something else), else one per row
+  const bool whole_groups = piece.first % G == 0 && piece.size() % G == 0 && !(tool_workers_ && tool_workers_->has_environment());
   SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
   params.num_generations = whole_groups ? G : 1;
   params.return_logprobs = !needs_old_logps_ || plan_;  // generation ranks always send theirs
@@ -125,6 +133,8 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step, const RowPiece& pi
     ops::AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
     drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
   }
+  // tools: the rows that called one continue, each from its own conversation
+  if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, generator), drawn.where);
   sampling_seconds_ += seconds_since(start);
   policy_->train();
   take_sampled(drawn, generation_step);
@@ -164,38 +174,50 @@ Trainer::Drawn Trainer::draw_replayed(int64_t generation_step) {
              " rows, but one generation of this config has per_device_train_batch_size x steps_per_generation = ",
              cfg_.train.per_device_train_batch_size * steps_per_generation_, " per rank");
   Drawn drawn;
+  std::vector<PromptRow> rows(static_cast<size_t>(N));
+  std::vector<std::string> where;
   for (int64_t i = 0; i < N; ++i) {
-    PromptRow row;
+    PromptRow& row = rows[static_cast<size_t>(i)];
     row.fields = g.rows[static_cast<size_t>(i)];
     const std::string problem = parse_prompt_row(row.fields, cfg_.data.prompt_field, cfg_.data.messages_field, row);
     inputCheck(problem.empty(), g.where, ": row ", i, ": ", problem);
-    add_prompt(drawn, row, str(g.where, " row ", i));
+    where.push_back(str(g.where, " row ", i));
     drawn.rows.group_index.push_back((comm_->rank() * N + i) / cfg_.grpo.num_generations);
+  }
+  reset_environments(rows, where);
+  for (int64_t i = 0; i < N; ++i) {
+    add_prompt(drawn, rows[static_cast<size_t>(i)], where[static_cast<size_t>(i)]);
     if (!g.prompt_ids.empty())
       inputCheck(drawn.rows.prompt_ids.back() == g.prompt_ids[static_cast<size_t>(i)], g.where, ": row ", i,
                  ": the file's prompt_ids differ from rayless's tokens of the prompt (",
                  g.prompt_ids[static_cast<size_t>(i)].size(), " tokens vs ", drawn.rows.prompt_ids.back().size(),
                  "): check the tokenizer and chat template");
   }
+  if (!g.completion_turns.empty()) return draw_replayed_turns(std::move(drawn), g, generation_step, where);
+  inputCheck(!tool_chat_ || !g.tool_mask.empty(), g.where, ": a run with tools replays \"completion_turns\" (the "
+             "model's turns; rayless runs the tools between them) or \"completion_ids\" with their \"tool_mask\"");
   // right-padded; a completion ended when its last token is EOS or padding, else it is truncated (TRL)
   int64_t width = 0;
   for (const auto& c : g.completion_ids) width = std::max<int64_t>(width, static_cast<int64_t>(c.size()));
   const SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
-  RolloutBatch& rows = drawn.rows;
-  rows.generation_step = generation_step;
-  rows.completion_ids = torch::full({N, width}, params.pad_id, torch::kInt64);
-  rows.completion_mask = torch::zeros({N, width}, torch::kFloat32);
-  rows.truncated = torch::zeros({N}, torch::kBool);
-  rows.raw_lengths = torch::zeros({N}, torch::kInt64);
+  RolloutBatch& batch = drawn.rows;
+  batch.generation_step = generation_step;
+  batch.completion_ids = torch::full({N, width}, params.pad_id, torch::kInt64);
+  batch.completion_mask = torch::zeros({N, width}, torch::kFloat32);
+  batch.truncated = torch::zeros({N}, torch::kBool);
+  batch.raw_lengths = torch::zeros({N}, torch::kInt64);
+  if (!g.tool_mask.empty()) batch.tool_mask = torch::ones({N, width}, torch::kFloat32);  // TRL pads it with 1
   for (int64_t i = 0; i < N; ++i) {
     const auto& c = g.completion_ids[static_cast<size_t>(i)];
     const int64_t length = static_cast<int64_t>(c.size());
-    rows.completion_ids[i].slice(0, 0, length).copy_(torch::tensor(c, torch::kInt64));
-    rows.completion_mask[i].slice(0, 0, length).fill_(1);
-    rows.raw_lengths[i] = length;
+    batch.completion_ids[i].slice(0, 0, length).copy_(torch::tensor(c, torch::kInt64));
+    batch.completion_mask[i].slice(0, 0, length).fill_(1);
+    batch.raw_lengths[i] = length;
+    if (!g.tool_mask.empty())
+      batch.tool_mask[i].slice(0, 0, length).copy_(torch::tensor(g.tool_mask[static_cast<size_t>(i)], torch::kInt64));
     const bool ended = c.back() == params.pad_id ||
                        std::find(params.eos_ids.begin(), params.eos_ids.end(), c.back()) != params.eos_ids.end();
-    rows.truncated[i] = !ended;
+    batch.truncated[i] = !ended;
   }
   if (!g.logprobs.empty()) {
     // the file's sampler log-probs: these completions count as sampled by another engine
@@ -206,6 +228,33 @@ Trainer::Drawn Trainer::draw_replayed(int64_t generation_step) {
     }
     drawn.sampled_elsewhere = true;
   }
+  return drawn;
+}
+
+// A replayed tool-calling generation: the file gives the model's turns, rayless runs the tools between
+// them and masks their tokens. When the file also has completion_ids (TRL's), they must come out the same.
+Trainer::Drawn Trainer::draw_replayed_turns(Drawn drawn, const ReplayedGeneration& g, int64_t generation_step,
+                                            const std::vector<std::string>& where) {
+  inputCheck(tool_chat_ != nullptr, g.where, ": \"completion_turns\" replays a tool-calling run, and this config has "
+             "no [tools.NAME] and no [environment]");
+  TurnOutput first;
+  for (const auto& turns : g.completion_turns) first.ids.push_back(turns.front());
+  std::vector<size_t> next(g.completion_turns.size(), 1);
+  roll_out_tools(drawn, std::move(first), replayed_turns(g.completion_turns, next, g.where), where);
+  for (size_t i = 0; i < next.size(); ++i)
+    inputCheck(next[i] == g.completion_turns[i].size(), g.where, ": row ", i, ": completion_turns holds ",
+               g.completion_turns[i].size(), " turns but the tool loop used ", next[i],
+               " (a tool call that did not parse, agent.max_tool_calling_iterations or the completion budget ended it)");
+  if (!g.completion_ids.empty())
+    for (size_t i = 0; i < next.size(); ++i) {
+      const auto& made = drawn.rollouts[i].completion_ids;
+      const auto& want = g.completion_ids[i];
+      const auto diff = std::mismatch(made.begin(), made.end(), want.begin(), want.end());
+      inputCheck(made == want, g.where, ": row ", i, ": the tool loop assembled ", made.size(),
+                 " completion tokens that differ from the file's ", want.size(), " completion_ids from token ",
+                 diff.first - made.begin(), " on (tool results, chat template or tokenizer differ)");
+    }
+  take_sampled(drawn, generation_step);
   return drawn;
 }
 
@@ -229,7 +278,11 @@ torch::Tensor Trainer::score(Drawn& drawn) {
                                        /*skip_special_tokens=*/true));
     counts.push_back(length);
   }
-  torch::Tensor out = rewards_->score(drawn.prompt_texts, texts, counts, drawn.fields).to(torch::kFloat32);
+  // tool-calling runs: reward workers also see the completion as TRL's reward functions do, as messages
+  std::vector<nlohmann::json> fields = drawn.fields;
+  for (size_t i = 0; i < drawn.rollouts.size() && i < fields.size(); ++i)
+    if (fields[i].is_object()) fields[i]["completion_messages"] = nlohmann::json::parse(drawn.rollouts[i].messages.dump());
+  torch::Tensor out = rewards_->score(drawn.prompt_texts, texts, counts, fields).to(torch::kFloat32);
   drawn.completion_texts = std::move(texts);
   return out;
 }
@@ -280,7 +333,7 @@ Trainer::Generation Trainer::reload_generation(int64_t generation_step) {
   if (corrects_sampling_)  // the same ratio as at the start of the cycle: both log-probs are stored
     generation.rows.importance_sampling_ratio =
         importance_sampling_ratio(generation.rows.old_logps, generation.rows.sampling_logps,
-                                  generation.rows.completion_mask, importance_sampling_settings_from_config(cfg_))
+                                  generation.rows.loss_mask(), importance_sampling_settings_from_config(cfg_))
             .ratio;
   generation.order = micro_batch_order(generation_step, generation.rows.size());
   return generation;

@@ -93,6 +93,24 @@ struct RewardConfig {
   std::map<std::string, RewardModelConfig> models;    // [reward.models.NAME]
 };
 
+// [tools.NAME]: a tool worker, a long-running process serving TRL-style Python functions (docs/tools.md).
+struct ToolWorkerConfig {
+  std::string command;      // /bin/sh -c COMMAND
+  double timeout_s = 60.0;  // seconds one tool call may take
+};
+
+// [environment]: the worker holding one environment instance per rollout (TRL's environment_factory).
+struct EnvironmentConfig {
+  std::string command = "";  // empty = no environment
+  double timeout_s = 60.0;   // seconds one reset, tool call or reward may take
+};
+
+// [agent]: how tool calls are read and how many rounds of them a rollout may run.
+struct AgentConfig {
+  int64_t max_tool_calling_iterations = -1;  // TRL's None: -1 = no limit; 0 = tools never run
+  std::string tool_call_format = "auto";     // auto (from the chat template) | qwen | llama3
+};
+
 struct GrpoConfig {
   int64_t num_generations = 8;                     // TRL's GRPOConfig default
   int64_t num_iterations = 1;                       // mu: optimisation passes per generation
@@ -209,6 +227,12 @@ struct Config {
   DistributedConfig distributed;
   EvalConfig eval;
   LoraConfig lora;
+  std::map<std::string, ToolWorkerConfig> tools;  // [tools.NAME]
+  EnvironmentConfig environment;
+  AgentConfig agent;
+
+  // tools or an environment: completions run the multi-turn tool loop (agent/agent_rollout.h)
+  bool agentic() const { return !tools.empty() || !environment.command.empty(); }
 
   // derived values, always consistent with the keys above
   double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }

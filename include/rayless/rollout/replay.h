@@ -7,10 +7,15 @@
 //    "prompt_ids": [[...], ...],                  optional: the prompt tokens the file's writer used;
 //                                                  rayless builds its own and refuses a mismatch
 //    "shuffle": [3, 0, 2, 1, ...],                optional: the order in which micro-batches take rows
-//    "logprobs": [[-1.2, -0.3, -0.01], ...]}      optional: the sampler's log-prob of each completion
+//    "logprobs": [[-1.2, -0.3, -0.01], ...]       optional: the sampler's log-prob of each completion
 //                                                  token (null = not scored), as TRL's rollout_func
 //                                                  returns them: the completions then count as sampled
 //                                                  by another engine (importance_sampling.h)
+//    "completion_turns": [[[...], [...]], ...],   tool-calling runs: each row's model turns; rayless runs
+//                                                  the tools between them (completion_ids, if given, must
+//                                                  then equal what that assembles)
+//    "tool_mask": [[1, 1, 0, 0, 1], ...]}          optional: 0 marks completion tokens the model did not
+//                                                  write (TRL rollout_func's env_mask), left out of the loss
 //
 // Everything else (prompt tokens, rewards, advantages, log-probs, masks, loss, updates) is rayless's
 // own. This is how whole training steps are checked against TRL (tests/data/trl-steps/), and how a
@@ -28,7 +33,9 @@ namespace rayless {
 
 struct ReplayedGeneration {
   std::vector<nlohmann::json> rows;                  // [N] dataset rows
-  std::vector<std::vector<int64_t>> completion_ids;  // [N] unpadded
+  std::vector<std::vector<int64_t>> completion_ids;  // [N] unpadded (empty when only turns are given)
+  std::vector<std::vector<std::vector<int64_t>>> completion_turns;  // [N][turn] the model's turns, or empty
+  std::vector<std::vector<int64_t>> tool_mask;       // [N] 0/1 per completion token, or empty
   std::vector<std::vector<int64_t>> prompt_ids;      // [N] or empty when the file has none
   std::vector<int64_t> shuffle;                      // permutation of 0..N-1, or empty
   std::vector<std::vector<double>> logprobs;         // [N] one per completion token (NaN = null), or empty

@@ -40,6 +40,9 @@ struct Rollouts {
   // sampler's log-probs, float32/float64 [T], beside the trainer's old_logps (undefined otherwise)
   torch::Tensor sampling_logps;
   int64_t policy_version = -1;       // optimizer steps done by the policy that sampled them (-1: not recorded)
+  // runs with tools or an environment (undefined / empty otherwise):
+  torch::Tensor tool_mask;           // bool [T]: 1 = the model wrote the token, 0 = a tool or the environment did
+  std::vector<std::string> conversations;  // [N] JSON: messages, turns, tool calls (docs/rollout-format.md)
 
   int64_t size() const { return group_index.defined() ? group_index.size(0) : 0; }
   // Checks shapes, dtypes and offsets; InputError naming the first problem (`where` prefixes it).

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "rayless/agent/agent_rollout.h"
 #include "rayless/base/config.h"
 #include "rayless/ops/ops.h"
 #include "rayless/grpo/loss.h"
@@ -45,10 +46,13 @@ class DataParallel;
 class MetricsLog;
 class Optimizer;
 class ReplaySource;
+struct ReplayedGeneration;
 class RewardSet;
 class Runtime;
 class TensorBoardWriter;
 class Tokenizer;
+class ToolChat;
+class ToolWorkers;
 struct AdvantageOutput;
 
 struct TrainOptions {
@@ -89,6 +93,9 @@ class Trainer {
     std::vector<std::string> completion_texts;  // decoded by score()
     GenerationOutput sampled;            // the sampler's log-probs and entropies (undefined when replayed)
     bool sampled_elsewhere = false;      // by another engine (generation ranks, a replay file with log-probs)
+    // runs with tools or an environment: each row's conversation (messages, turns) and call counts
+    std::vector<AgentRollout> rollouts;
+    std::vector<std::string> where;      // each row's source (dataset file:line or replay line), for messages
   };
 
   // generation (trainer_generation.cpp)
@@ -100,6 +107,8 @@ class Trainer {
   Drawn draw_prompts(int64_t generation_step, const RowPiece& rows);
   Drawn draw_sampled(int64_t generation_step, const RowPiece& rows);
   Drawn draw_replayed(int64_t generation_step);
+  Drawn draw_replayed_turns(Drawn drawn, const ReplayedGeneration& g, int64_t generation_step,
+                            const std::vector<std::string>& where);
   void add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where);
   void take_sampled(Drawn& drawn, int64_t step);
   RolloutAttrs store_attrs(int64_t num_generations) const;
@@ -112,6 +121,17 @@ class Trainer {
   ops::LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                        int64_t prompt_width);
+
+  // tools and environments (trainer_agent.cpp)
+  void start_agent();
+  // reset(**row) of environment instance i for row i; the observation joins the row's last message
+  void reset_environments(std::vector<PromptRow>& rows, const std::vector<std::string>& where);
+  // the multi-turn tool loop after each row's first turn; the batch's completion tensors from its rollouts
+  void roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate, const std::vector<std::string>& where);
+  GenerateTurn sampler_turns(const SamplingParams& params, torch::Generator& generator);
+  GenerateTurn replayed_turns(const std::vector<std::vector<std::vector<int64_t>>>& turns, std::vector<size_t>& next,
+                              const std::string& where);
+  StepMetrics tool_metrics(const Drawn& drawn) const;
 
   // evaluation (trainer_eval.cpp)
   bool eval_due() const;
@@ -186,6 +206,8 @@ class Trainer {
   PromptDataset dataset_;
   std::unique_ptr<RewardSet> rewards_;
   std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
+  std::unique_ptr<ToolWorkers> tool_workers_;  // [tools.NAME] and [environment] workers (agentic runs)
+  std::unique_ptr<ToolChat> tool_chat_;        // the chat template's tool calls and results
   std::unique_ptr<MetricsLog> metrics_log_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard
   PromptDataset eval_dataset_;                      // eval.path (empty: no evaluation)
