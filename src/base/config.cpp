@@ -311,7 +311,7 @@ void add_model_and_data_fields(std::vector<ConfigField>& f) {
   f.push_back(table_field("tokenizer.chat_template_kwargs", REF(tokenizer.chat_template_kwargs), "extra chat-template variables, e.g. { enable_thinking = false } (TRL's chat_template_kwargs)"));
   f.push_back(string_field("tokenizer.system_prompt", REF(tokenizer.system_prompt), {}, "system message put before a plain-text prompt when tokenizer.chat_template names a template (empty = none)"));
   // [data]
-  f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line"));
+  f.push_back(string_field("data.path", REF(data.path), {}, "JSONL prompt dataset, one object per line, or a directory of *.jsonl shards read as one in name order (rows read through a byte-offset index, docs/hpc.md)"));
   f.push_back(string_field("data.prompt_field", REF(data.prompt_field), {}, "field holding the prompt: text, or a list of chat messages [{role, content}] (TRL's conversational rows)"));
   f.push_back(string_field("data.messages_field", REF(data.messages_field), {}, "field holding chat messages [{role, content}] (used when the prompt field is absent; may name the prompt field itself)"));
   f.push_back(bool_field("data.shuffle", REF(data.shuffle), "shuffle prompts each epoch (seeded by train.seed and the epoch)"));
@@ -399,6 +399,7 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(bool_field("train.gradient_checkpointing", REF(train.gradient_checkpointing), "recompute layer activations in backward to save memory (under the forward's autocast with train.bf16, as torch.utils.checkpoint does)"));
   f.push_back(bool_field("train.padding_free", REF(train.padding_free), "log-prob passes compute each distinct prompt once and no padding (false: TRL's padded layout)"));
   f.push_back(string_field("train.output_dir", REF(train.output_dir), {}, "run directory (metrics, rollouts, checkpoints, logs); --output overrides"));
+  f.push_back(int_field("train.max_nonfinite_steps", REF(train.max_nonfinite_steps), 1, kNoMax, "non-finite steps in a row (a NaN or infinity in the logits, rewards, log-probs, loss, its metrics or the grad norm; such a step is not applied) after which the run stops with exit 4"));
   f.push_back(string_field("train.replay_rollouts", REF(train.replay_rollouts), {}, "JSONL of prompts and completions per generation step and rank, used instead of sampling (empty = sample)"));
   // [checkpoint]
   f.push_back(int_field("checkpoint.save_steps", REF(checkpoint.save_steps), 0, kNoMax, "checkpoint every N optimizer steps (0 = only at the end and on signal)"));

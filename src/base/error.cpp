@@ -6,10 +6,14 @@
 #include <cstring>
 #include <iostream>
 
+#include "rayless/base/failure_message.h"
+
 namespace rayless {
 
 int exit_code_for(const std::exception& error) {
   if (dynamic_cast<const InputError*>(&error) != nullptr) return kExitInput;
+  if (dynamic_cast<const NonfiniteError*>(&error) != nullptr) return kExitNonfinite;
+  if (is_out_of_memory(error)) return kExitOutOfMemory;
   return kExitRuntime;
 }
 

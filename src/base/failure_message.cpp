@@ -23,9 +23,9 @@ std::string without_backtrace(const std::exception& error) {
 }
 }  // namespace
 
-MemoryPhase::MemoryPhase(std::string name)
+MemoryPhase::MemoryPhase(std::string name, const std::string& bounds)
     : previous_(std::move(current_phase())), uncaught_(std::uncaught_exceptions()) {
-  current_phase() = std::move(name);
+  current_phase() = bounds.empty() ? std::move(name) : str(name, " (", bounds, ")");
 }
 
 // Left by an exception, the phase stays: the top of the command names where it happened.
@@ -47,8 +47,10 @@ std::string failure_message(const std::exception& error) {
   if (!is_out_of_memory(error)) return without_backtrace(error);
   const std::string& phase = memory_phase();
   const std::string detail = dynamic_cast<const std::bad_alloc*>(&error) ? std::string("std::bad_alloc") : without_backtrace(error);
+  const bool bounded = phase.find("bounded by") != std::string::npos;
   return str("out of memory", phase.empty() ? std::string() : " while " + phase, ": ", detail,
-             " (lower the lengths or the batch, or give each rank more memory; docs/models.md, Lengths and memory)");
+             bounded ? " (lower the settings named, or give each rank more memory; docs/models.md, Lengths and memory)"
+                     : " (lower the lengths or the batch, or give each rank more memory; docs/models.md, Lengths and memory)");
 }
 
 }  // namespace rayless

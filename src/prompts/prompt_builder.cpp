@@ -44,34 +44,54 @@ PromptTokens build_prompt(const PromptRow& row, const PromptFormat& format, cons
   return out;
 }
 
-int64_t check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
-                          int64_t max_length, PromptTruncation truncation, bool skip_invalid,
-                          const std::function<std::string(const nlohmann::json&)>& check_row) {
-  std::vector<PromptRow> kept;
-  kept.reserve(dataset.rows.size());
-  int64_t longest = 0;
-  for (PromptRow& row : dataset.rows) {
-    const std::string where = str(dataset.path, ":", row.line);
-    std::string problem;
-    try {
-      const int64_t length = static_cast<int64_t>(build_prompt(row, format, tokenizer, max_length, truncation, where).ids.size());
-      problem = check_row(row.fields);
-      if (problem.empty()) longest = std::max(longest, length);
-      if (!problem.empty()) problem = str(where, ": ", problem);
-    } catch (const InputError& e) {
-      problem = e.what();  // already names file:line
-    }
-    if (problem.empty()) {
-      kept.push_back(std::move(row));
-      continue;
-    }
-    inputCheck(skip_invalid, problem, " (set data.skip_invalid = true to skip bad lines)");
-    if (dataset.skipped_lines++ == 0) dataset.first_skip_reason = problem;
+PromptCheck check_prompt_rows(const PromptDataset& dataset, int64_t begin, int64_t end, const PromptFormat& format,
+                              const Tokenizer& tokenizer, int64_t max_length, PromptTruncation truncation,
+                              bool skip_invalid, const std::function<std::string(const nlohmann::json&)>& check_row) {
+  PromptCheck check;
+  struct Stop {};  // the first bad line, without skip_invalid: no need to read on
+  try {
+    dataset.scan(begin, end, [&](int64_t line, const PromptRow& row, const std::string& where, const std::string& parse_problem) {
+      std::string problem = parse_problem;
+      if (problem.empty()) {
+        try {
+          const auto length = static_cast<int64_t>(build_prompt(row, format, tokenizer, max_length, truncation, where).ids.size());
+          problem = check_row(row.fields);
+          if (problem.empty()) check.longest_prompt = std::max(check.longest_prompt, length);
+          else problem = str(where, ": ", problem);
+        } catch (const InputError& e) {
+          problem = e.what();  // already names file:line
+        }
+      }
+      if (problem.empty()) return;
+      if (!skip_invalid) {
+        check.first_error_line = line;
+        check.first_error = problem;
+        throw Stop{};
+      }
+      if (check.skipped.empty()) check.first_skip_reason = problem;
+      check.skipped.push_back(line);
+    });
+  } catch (const Stop&) {
   }
-  dataset.rows = std::move(kept);
-  inputCheck(!dataset.rows.empty(), dataset.path, ": no usable prompt (", dataset.skipped_lines,
-             " lines skipped; first: ", dataset.first_skip_reason, ")");
-  return longest;
+  return check;
+}
+
+int64_t apply_prompt_check(PromptDataset& dataset, PromptCheck check, bool skip_invalid) {
+  if (check.first_error_line >= 0)
+    throw InputError(str(check.first_error, skip_invalid ? "" : " (set data.skip_invalid = true to skip bad lines)"));
+  dataset.skip(std::move(check.skipped), std::move(check.first_skip_reason));
+  inputCheck(dataset.size() > 0, dataset.path(), ": no usable prompt",
+             dataset.skipped_lines() > 0 ? str(" (", dataset.skipped_lines(), " lines skipped; first: ", dataset.first_skip_reason(), ")")
+                                         : std::string(" (no line that is not blank)"));
+  return check.longest_prompt;
+}
+
+int64_t check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
+                             int64_t max_length, PromptTruncation truncation, bool skip_invalid,
+                             const std::function<std::string(const nlohmann::json&)>& check_row) {
+  return apply_prompt_check(dataset, check_prompt_rows(dataset, 0, dataset.lines(), format, tokenizer, max_length, truncation,
+                                                skip_invalid, check_row),
+                     skip_invalid);
 }
 
 }  // namespace rayless

@@ -3,18 +3,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/types.h>
 
+#include <memory>
 #include <mutex>
 
 #include "rayless/base/error.h"
 
 namespace rayless {
 
-std::vector<int64_t> epoch_order(int64_t num_prompts, uint64_t seed, int64_t epoch, bool shuffle) {
-  std::vector<int64_t> order(num_prompts);
-  if (!shuffle) {
-    for (int64_t i = 0; i < num_prompts; ++i) order[i] = i;
-    return order;
-  }
+std::shared_ptr<const std::vector<int64_t>> epoch_permutation(int64_t num_prompts, uint64_t seed, int64_t epoch) {
   // one generator per (seed), one draw per epoch: remember the last epoch so that consecutive
   // steps do not replay all earlier draws
   static std::mutex mutex;
@@ -23,7 +19,7 @@ std::vector<int64_t> epoch_order(int64_t num_prompts, uint64_t seed, int64_t epo
     uint64_t seed = 0;
     int64_t n = 0, epoch = -1;
     at::Generator generator;
-    std::vector<int64_t> order;
+    std::shared_ptr<std::vector<int64_t>> order;
   } memo;
   std::lock_guard<std::mutex> lock(mutex);
   if (!memo.valid || memo.seed != seed || memo.n != num_prompts || memo.epoch > epoch) {
@@ -32,13 +28,24 @@ std::vector<int64_t> epoch_order(int64_t num_prompts, uint64_t seed, int64_t epo
     memo.n = num_prompts;
     memo.epoch = -1;
     memo.generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    memo.order.reset();
   }
   while (memo.epoch < epoch) {
-    torch::Tensor perm = torch::randperm(num_prompts, memo.generator, torch::kInt64);
-    memo.order.assign(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + num_prompts);
+    // drawn in place (8 bytes a prompt, no second copy); a new buffer only while a caller still
+    // holds the previous epoch's
+    if (!memo.order || memo.order.use_count() > 1) memo.order = std::make_shared<std::vector<int64_t>>(num_prompts);
+    torch::Tensor perm = torch::from_blob(memo.order->data(), {num_prompts}, torch::kInt64);
+    torch::randperm_out(perm, num_prompts, memo.generator);
     ++memo.epoch;
   }
   return memo.order;
+}
+
+std::vector<int64_t> epoch_order(int64_t num_prompts, uint64_t seed, int64_t epoch, bool shuffle) {
+  if (shuffle) return *epoch_permutation(num_prompts, seed, epoch);
+  std::vector<int64_t> order(num_prompts);
+  for (int64_t i = 0; i < num_prompts; ++i) order[i] = i;
+  return order;
 }
 
 namespace {
@@ -72,14 +79,19 @@ PromptShard shard_prompts(const ShardSpec& spec, int rank, ShardCursor cursor) {
   shard.cursor = normalise(spec, cursor);
   // walk the global batch; this rank's slice is [rank * P, (rank + 1) * P) of it
   ShardCursor at = shard.cursor;
-  std::vector<int64_t> order = epoch_order(spec.num_prompts, spec.seed, at.epoch, spec.shuffle);
+  // the epoch's permutation is shared, not copied (without shuffle, none: the identity)
+  auto order_of = [&](int64_t epoch) {
+    return spec.shuffle ? epoch_permutation(spec.num_prompts, spec.seed, epoch) : nullptr;
+  };
+  std::shared_ptr<const std::vector<int64_t>> order = order_of(at.epoch);
   const int64_t first = int64_t{rank} * spec.prompts_per_rank;
   for (int64_t i = 0; i < global; ++i) {
     if (at.offset == spec.num_prompts) {  // only without drop_incomplete: continue in the next epoch
       at = {at.epoch + 1, 0};
-      order = epoch_order(spec.num_prompts, spec.seed, at.epoch, spec.shuffle);
+      order = order_of(at.epoch);
     }
-    if (i >= first && i < first + spec.prompts_per_rank) shard.rows.push_back(order[at.offset]);
+    if (i >= first && i < first + spec.prompts_per_rank)
+      shard.rows.push_back(order ? (*order)[static_cast<size_t>(at.offset)] : at.offset);
     ++at.offset;
   }
   shard.next = normalise(spec, at);

@@ -288,7 +288,7 @@ std::string RewardSet::check_row(const nlohmann::json& row) const {
 
 torch::Tensor RewardSet::score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
                                const std::vector<int64_t>& completion_token_counts,
-                               const std::vector<nlohmann::json>& rows) {
+                               const std::vector<nlohmann::json>& rows, std::vector<NonfiniteScore>* nonfinite) {
   const size_t n = completions.size();
   runtimeCheck(prompts.size() == n && completion_token_counts.size() == n && rows.size() == n,
                "RewardSet::score: ", prompts.size(), " prompts, ", n, " completions, ", completion_token_counts.size(),
@@ -312,8 +312,10 @@ torch::Tensor RewardSet::score(const std::vector<std::string>& prompts, const st
       continue;
     }
     runtimeCheck(scores.size() == n, "reward ", names_[k], " returned ", scores.size(), " scores for ", n, " completions");
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < n; ++i) {
       acc[i][k] = std::isfinite(scores[i]) ? scores[i] : std::numeric_limits<double>::quiet_NaN();
+      if (nonfinite && std::isinf(scores[i])) nonfinite->push_back({static_cast<int64_t>(i), k, scores[i]});
+    }
   }
   if (first_error) std::rethrow_exception(first_error);
   return out;

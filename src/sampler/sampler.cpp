@@ -113,9 +113,15 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
   // the same arithmetic as ever). A CUDA run samples with a CUDA generator seeded like the CPU one.
   torch::Generator device_generator = generator_on(device, generator);
   if (ids_so_far.defined()) ids_so_far = ids_so_far.to(device);
+  // A row whose logits are not all finite (a policy that diverged) cannot be sampled: it ends at that
+  // step with the end token and is marked in out.nonfinite (the trainer's guard then leaves the step
+  // out, nonfinite_guard.h); its logits are zeroed first so that sampling the others goes on.
+  auto nonfinite = torch::zeros({n}, torch::kBool);
+  const int64_t end_token = params.eos_ids.empty() ? params.pad_id : params.eos_ids.front();
   for (int64_t step = 0; step < params.max_new_tokens; ++step) {
     const torch::Tensor& scores = last_logits;
-    auto processed = process_logits(scores, ids_so_far, params);
+    const torch::Tensor bad_on_device = torch::isfinite(scores).all(-1).logical_not();
+    auto processed = process_logits(scores.masked_fill(bad_on_device.unsqueeze(1), 0.0), ids_so_far, params);
     torch::Tensor sampled_on_device;
     if (greedy) {
       sampled_on_device = processed.argmax(-1);
@@ -130,8 +136,10 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
       step_logprobs = log_probs.gather(1, sampled_on_device.unsqueeze(1)).squeeze(1).cpu();
       step_entropies = (-(log_probs.exp() * log_probs).nan_to_num(0.0).sum(-1)).cpu();  // 0 * -inf counts 0
     }
+    sampled_on_device = torch::where(bad_on_device, torch::full_like(sampled_on_device, end_token), sampled_on_device);
     torch::Tensor sampled = sampled_on_device.cpu();
     const auto running = done_in_batch.logical_not();
+    const auto bad = bad_on_device.cpu() & running;
     sampled = torch::where(running, sampled, torch::full_like(sampled, params.pad_id));
     // back to all n output rows: rows no longer in the batch get padding and mask 0
     const auto alive = finished.logical_not();
@@ -143,7 +151,8 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
       auto entropy = torch::where(running, step_entropies, torch::zeros_like(step_entropies));
       token_entropies.push_back(torch::zeros({n}, entropy.options()).index_copy_(0, rows_in_batch, entropy));
     }
-    auto hit_eos = torch::isin(sampled, eos) & running;
+    auto hit_eos = (torch::isin(sampled, eos) & running) | bad;
+    nonfinite.index_fill_(0, rows_in_batch.masked_select(bad), true);
     if (!params.stop_strings.empty()) {
       auto sampled_a = sampled.accessor<int64_t, 1>();
       auto running_a = running.accessor<bool, 1>();
@@ -194,6 +203,7 @@ GenerationOutput sample_batch(CausalLM& model, const std::vector<std::vector<int
     }
   }
   out.truncated = finished.logical_not();
+  out.nonfinite = nonfinite;
   if (was_training) model->train();
   return out;
 }
@@ -210,7 +220,7 @@ GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t
     out = sample_batch(model, prompts, params, generator, tokenizer);
   }
   for (torch::Tensor* t : {&out.prompt_ids, &out.prompt_mask, &out.completion_ids, &out.completion_mask, &out.truncated, &out.logprobs,
-                          &out.entropies})
+                          &out.entropies, &out.nonfinite})
     if (t->defined()) *t = t->clone();
   return out;
 }

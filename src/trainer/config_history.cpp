@@ -91,6 +91,7 @@ const std::vector<ResumeFreeKey>& resume_free_keys() {
       {"train.output_dir", "where the run directory is"},
       {"train.gradient_checkpointing", "the same activations, recomputed in backward"},
       {"train.padding_free", "the same log-probs, without padding"},
+      {"train.max_nonfinite_steps", "when a run of non-finite steps stops the run"},
       {"generation.fused_weights", "the same products on packed copies of the weights"},
       {"grpo.logprob_chunk_size", "the same log-probs in other chunks"},
       {"grpo.entropy_threshold_method", "the same threshold, found another way"},

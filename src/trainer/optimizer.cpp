@@ -68,7 +68,7 @@ class ReplicatedOptimizer final : public Optimizer {
       : Optimizer(config, max_steps), parameters_(std::move(parameters)), data_parallel_(data_parallel),
         adamw_(make_grouped_adamw(parameters_, config)) {}
 
-  double step(int64_t step) override {
+  double step(int64_t step, bool apply) override {
     const auto start = std::chrono::steady_clock::now();
     data_parallel_.allreduce_gradients();
     gradient_sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -80,6 +80,10 @@ class ReplicatedOptimizer final : public Optimizer {
         squares += ops::sum_of_squares(p.grad());
       }
     const double grad_norm = std::sqrt(squares);
+    if (!apply || !std::isfinite(grad_norm)) {  // the non-finite guard: nothing updated, the gradients dropped
+      adamw_->zero_grad(true);
+      return grad_norm;
+    }
     // the clip is applied inside AdamW's pass (bit for bit clip_by_norm's product): one pass fewer
     const double grad_scale =
         gradients.empty() ? 1.0 : clip_coefficient(gradients[0].options(), grad_norm, config_.max_grad_norm);
@@ -111,6 +115,14 @@ class ReplicatedOptimizer final : public Optimizer {
     return m;
   }
   int zero_stage() const override { return 0; }
+
+  bool state_is_finite() const override {
+    for (const auto& [key, state] : adamw_->state()) {
+      const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+      if (!torch::isfinite(s.exp_avg()).all().item<bool>() || !torch::isfinite(s.exp_avg_sq()).all().item<bool>()) return false;
+    }
+    return true;
+  }
 
  private:
   // torch::optim::AdamW's step, in one pass per tensor (ops::adamw_update), its state kept where

@@ -121,6 +121,43 @@ MemoryEstimate generation_memory(const ModelArchConfig& arch, torch::Dtype dtype
   return e;
 }
 
+std::string memory_bounds(const Config& c, const ModelArchConfig& arch, int64_t world_size, MemoryUse use) {
+  const int64_t element = element_bytes(torch_dtype_of(c.model.dtype));
+  const int64_t activation = c.train.bf16 && element > 2 ? 2 : element;
+  const int64_t positions = c.data.max_prompt_length + c.generation.max_completion_length;
+  const int64_t steps = c.effective_steps_per_generation(world_size);
+  const int64_t generation_rows = c.train.per_device_train_batch_size * steps;
+  const std::string lengths = str("data.max_prompt_length ", c.data.max_prompt_length, " + generation.max_completion_length ",
+                                  c.generation.max_completion_length);
+  const std::string generation_batch = str("train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
+                                           " x steps_per_generation ", steps);
+  switch (use) {
+    case MemoryUse::Sampling:
+      return str(generation_rows, " rows x ", positions, " positions, KV cache ",
+                 bytes_text(static_cast<double>(kv_cache_bytes(arch, activation, generation_rows, positions))), ", logits ",
+                 bytes_text(static_cast<double>(product({generation_rows, arch.vocab_size, 4}))), "; bounded by ",
+                 generation_batch, ", ", lengths);
+    case MemoryUse::LogprobPass:
+      return str(generation_rows, " rows x up to ", positions, " positions in one pass, hidden states ",
+                 bytes_text(static_cast<double>(product({generation_rows, positions, arch.intermediate_size, activation}))),
+                 " per layer, LM head ", bytes_text(static_cast<double>(product({std::min(product({generation_rows, positions}),
+                                                                                           c.grpo.logprob_chunk_size),
+                                                                                  arch.vocab_size, 4}))),
+                 " per chunk; bounded by ", generation_batch, ", ", lengths, ", grpo.logprob_chunk_size ",
+                 c.grpo.logprob_chunk_size);
+    case MemoryUse::TrainingStep:
+      return str(c.train.per_device_train_batch_size, " rows x up to ", positions, " positions with gradients, ",
+                 c.train.gradient_checkpointing ? "layer inputs " : "activations ",
+                 bytes_text(static_cast<double>(product({c.train.gradient_checkpointing ? 1 : 8, arch.num_hidden_layers + 1,
+                                                         c.train.per_device_train_batch_size, positions, arch.hidden_size,
+                                                         activation}))),
+                 "; bounded by train.per_device_train_batch_size ", c.train.per_device_train_batch_size, ", ", lengths,
+                 ", train.gradient_checkpointing ", c.train.gradient_checkpointing ? "true" : "false",
+                 ", grpo.logprob_chunk_size ", c.grpo.logprob_chunk_size);
+  }
+  return "";
+}
+
 void check_memory_fits(const MemoryEstimate& estimate, const AvailableMemory& available, const std::string& what,
                        const std::string& remedy) {
   if (available.bytes < 0 || estimate.total() <= available.bytes) return;

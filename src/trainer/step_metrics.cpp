@@ -43,7 +43,7 @@ StepMetrics generation_metrics(Communicator& comm, const RolloutBatch& batch, co
   return m;
 }
 
-StepMetrics loss_metrics(Communicator& comm, const LossOutput& out) {
+StepMetrics loss_metrics(Communicator& comm, const LossOutput& out, bool* sums_finite) {
   std::vector<double> parts, extremes;
   for (const auto& [name, part] : out.means) parts.insert(parts.end(), {part.sum, part.count});
   for (const auto& [name, value] : out.minima) extremes.push_back(std::isnan(value) ? -INFINITY : -value);
@@ -51,6 +51,7 @@ StepMetrics loss_metrics(Communicator& comm, const LossOutput& out) {
   torch::Tensor summed = torch::tensor(parts, torch::kFloat64);
   torch::Tensor maxed = torch::tensor(extremes, torch::kFloat64);
   if (summed.numel() > 0) comm.allreduce(summed, ReduceOp::Sum);
+  if (sums_finite) *sums_finite = summed.numel() == 0 || torch::isfinite(summed).all().item<bool>();
   if (maxed.numel() > 0) comm.allreduce(maxed, ReduceOp::Max);
   StepMetrics m;
   int64_t i = 0;

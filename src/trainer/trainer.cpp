@@ -90,6 +90,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     weights_comm_ = world_->split(generates_ || runtime_.rank() == 0 ? 0 : -1, runtime_.rank());
     if (!generates_) comm_ = role_comm_.get();
   }
+  guard_ = NonfiniteGuard(device_);
   torch::manual_seed(cfg_.train.seed);
   // how bfloat16 products run on the CPU (train.bf16_products), for every pass of this run
   ops::set_bfloat16_products(cfg_.train.bf16 && device_.is_cpu() ? ops::bfloat16_products_for(cfg_.train.bf16_products)
@@ -110,31 +111,28 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   // reward models run on the rank's device in the policy's dtype
   rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
   start_agent();  // tool and environment workers; their tools join the prompts (before the lengths are checked)
-  // every row checked now (prompt length after the template, what the rewards need), not hours in
+  // every row checked now (prompt length after the template, what the rewards need), not hours in;
+  // the rows stay in their files, read through an index when they are drawn
   const auto data_start = Clock::now();
-  dataset_ = load_prompt_dataset(cfg_.data);
-  int64_t longest_prompt =
-      check_prompt_dataset(dataset_, prompt_format_, *tokenizer_, cfg_.data.max_prompt_length, cfg_.data.truncation,
-                           cfg_.data.skip_invalid, [&](const nlohmann::json& row) { return rewards_->check_row(row); });
+  int64_t longest_prompt = 0;
+  dataset_ = open_checked_dataset(cfg_.data.path, "data.path", dataset_checked_now_, longest_prompt);
   if (!cfg_.eval.path.empty()) {
-    eval_dataset_ = load_prompt_dataset(cfg_.eval.path, cfg_.data.prompt_field, cfg_.data.messages_field,
-                                        cfg_.data.skip_invalid, "eval.path");
-    longest_prompt = std::max(longest_prompt, check_prompt_dataset(eval_dataset_, prompt_format_, *tokenizer_,
-                                                                   cfg_.data.max_prompt_length, cfg_.data.truncation,
-                                                                   cfg_.data.skip_invalid,
-                                                                   [&](const nlohmann::json& row) { return rewards_->check_row(row); }));
-    if (cfg_.eval.max_samples > 0 && static_cast<int64_t>(eval_dataset_.rows.size()) > cfg_.eval.max_samples)
-      eval_dataset_.rows.resize(static_cast<size_t>(cfg_.eval.max_samples));
+    bool eval_checked_now = false;
+    int64_t longest_eval_prompt = 0;
+    eval_dataset_ = open_checked_dataset(cfg_.eval.path, "eval.path", eval_checked_now, longest_eval_prompt);
+    longest_prompt = std::max(longest_prompt, longest_eval_prompt);
+    if (cfg_.eval.max_samples > 0) eval_dataset_.limit(cfg_.eval.max_samples);
   }
-  if (tool_chat_)  // TRL runs tools only for conversational prompts
+  if (tool_chat_)  // TRL runs tools only for conversational prompts (the files read once more, streaming)
     for (const PromptDataset* d : {&dataset_, &eval_dataset_})
-      for (const PromptRow& row : d->rows)
-        inputCheck(row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), d->path, ":", row.line,
+      d->scan(0, d->lines(), [&](int64_t, const PromptRow& row, const std::string& where, const std::string& problem) {
+        inputCheck(!problem.empty() || row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), where,
                    ": tools and environments need conversational prompts (a \"", cfg_.data.messages_field,
                    "\" list, or set tokenizer.chat_template to wrap plain text as a user message)");
+      });
   const double data_seconds = seconds_since(data_start);
   check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
-  shard_spec_.num_prompts = static_cast<int64_t>(dataset_.rows.size());
+  shard_spec_.num_prompts = dataset_.size();
   shard_spec_.prompts_per_rank = cfg_.global_generation_batch(training_ranks) / cfg_.grpo.num_generations;
   shard_spec_.world_size = 1;  // every rank walks the whole batch of prompts and takes its completions
   shard_spec_.seed = static_cast<uint64_t>(cfg_.train.seed);
@@ -171,7 +169,10 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   if (plan_) log_info(str("asynchronous GRPO: ", plan_->describe()));
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters", lora_note, "), ",
-               dataset_.rows.size(), " prompts (read and checked in ", seconds_text(data_seconds), " s), tokenizer ",
+               dataset_.size(), " prompts (", dataset_checked_now_ ? "read and checked" : "opened", " in ",
+               seconds_text(data_seconds), " s; ", dataset_.index_note(),
+               dataset_checked_now_ ? "" : "; rows checked by an earlier start with these files and settings",
+               "), tokenizer ",
                tokenizer_->class_origin().empty() ? tokenizer_->kind() : tokenizer_->class_origin(), ", chat template ",
                prompt_format_.chat_template.source(), ", output ", output_dir_.string()));
   if (const std::string note = tokenizer_->class_change_note(); !note.empty()) log_warn(note);
@@ -179,9 +180,9 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   std::string kernels = "kernel plan:";
   for (const std::string& entry : ops::kernel_plan().describe()) kernels += "\n  " + entry;
   log_info(kernels);
-  if (dataset_.skipped_lines > 0)
-    log_warn(str("skipped ", dataset_.skipped_lines, " invalid lines of ", dataset_.path, " (first: ",
-                 dataset_.first_skip_reason, ")"));
+  if (dataset_.skipped_lines() > 0)
+    log_warn(str("skipped ", dataset_.skipped_lines(), " invalid lines of ", dataset_.path(), " (first: ",
+                 dataset_.first_skip_reason(), ")"));
   if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units()) {
     if (ops::bfloat16_products() == ops::BFloat16Products::bfloat16)
       log_warn("train.bf16 = true with train.bf16_products = \"bfloat16\" on a CPU without bfloat16 matrix units "
@@ -256,7 +257,8 @@ int Trainer::run() {
     //    the generation comes from them.
     if (!have_generation || generation.rows.generation_step != generation_step) {
       if (plan_ && position_in_cycle == 0 && meet(false).stop) return kExitCheckpointedOnSignal;
-      const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"));
+      const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"),
+                              memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::Sampling));
       const auto start = Clock::now();
       generation = position_in_cycle != 0 ? reload_generation(generation_step)
                    : plan_               ? receive_generation(generation_step)
@@ -267,7 +269,8 @@ int Trainer::run() {
     }
 
     // 2. One micro-step: log-probs, loss, backward (gradients accumulate locally).
-    const MemoryPhase training(str("training micro-step ", micro_step_ + 1));
+    const MemoryPhase training(str("training micro-step ", micro_step_ + 1),
+                               memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::TrainingStep));
     const auto start = Clock::now();
     micro_metrics.push_back(train_micro_batch(generation, position_in_cycle % steps_per_generation_));
     ++micro_step_;
@@ -284,6 +287,14 @@ int Trainer::run() {
         metrics_log_->write(optimizer_step_, m);
         if (tensorboard_) tensorboard_->add_scalars(optimizer_step_, m);
       }
+      // every rank counted the same steps: they stop together, the last checkpoint as it was
+      if (nonfinite_in_a_row_ >= cfg_.train.max_nonfinite_steps)
+        throw NonfiniteError(str(nonfinite_in_a_row_, " non-finite steps in a row (steps ", optimizer_step_ - nonfinite_in_a_row_ + 1,
+                                 "-", optimizer_step_, "; train.max_nonfinite_steps = ", cfg_.train.max_nonfinite_steps,
+                                 "): stopped without applying them; the last checkpoint, ",
+                                 last_checkpoint_.empty() ? std::string("none yet") : last_checkpoint_,
+                                 ", is whole and finite (lower optim.learning_rate, check the rewards and the data; "
+                                 "docs/reliability.md, Non-finite steps)"));
       sync_reference_model();
       if (checkpoint_due()) save(true);
     }
@@ -337,12 +348,28 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   if (cfg_.grpo.top_entropy_quantile < 1.0)
     in.entropy_mask = entropy_mask_of(in.entropies, in.completion_mask, batch.generation_step, threshold);
   const LossOutput out = compute_loss(in, loss_settings_);
-  out.loss.backward();
+  const torch::Tensor loss = hooks_.loss ? hooks_.loss(out.loss, micro_step_) : out.loss;
+  loss.backward();
   optimizer_->after_backward();  // ZeRO-2: this rank keeps only its shard of the averaged gradient
   // TRL's logged loss is transformers' running total: a float32 tensor that each micro-step's loss
   // is added to, averaged over ranks when the step is logged
-  step_loss_float32_ = static_cast<float>(static_cast<double>(step_loss_float32_) + out.loss.detach().item<double>());
-  StepMetrics m = loss_metrics(*comm_, out);
+  step_loss_float32_ = static_cast<float>(static_cast<double>(step_loss_float32_) + loss.detach().item<double>());
+  bool metric_sums_finite = true;
+  StepMetrics m = loss_metrics(*comm_, out, &metric_sums_finite);
+  // the guard: this micro-step's parts, checked where they are (no host sync), agreed at the step
+  guard_.raise(NonfiniteGuard::kLogits, generation.logits_nonfinite);
+  guard_.raise(NonfiniteGuard::kRewards, generation.rewards_nonfinite);
+  guard_.check(NonfiniteGuard::kLoss, loss);
+  guard_.raise(NonfiniteGuard::kLossMetrics, !metric_sums_finite);
+  const torch::Tensor bad_logps = (torch::isfinite(in.per_token_logps.detach()).logical_not() & (completion_mask != 0)).any(1);
+  guard_.check(NonfiniteGuard::kLogprobs, in.per_token_logps.detach().masked_fill(completion_mask == 0, 0.0));
+  std::vector<int64_t> dataset_rows;
+  for (int64_t i = 0; i < rows.size(0); ++i)
+    dataset_rows.push_back(batch.group_index.empty() ? -1 : batch.group_index[static_cast<size_t>(rows[i].item<int64_t>())]);
+  const torch::Tensor generation_bad = generation.nonfinite_rows.defined() ? generation.nonfinite_rows.index_select(0, rows)
+                                                                           : torch::zeros({rows.size(0)}, torch::kBool);
+  guard_.note_rows(bad_logps | generation_bad.to(bad_logps.device()), dataset_rows,
+                   generation.rewards_per_func.defined() ? generation.rewards_per_func.index_select(0, rows) : torch::Tensor());
   for (const auto& [k, v] : threshold) m[k] = v;
   return m;
 }
@@ -364,8 +391,13 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
 // Gradients averaged over ranks, the optimizer step, and the step's metrics (rank 0 logs them).
 StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std::vector<StepMetrics>& generations) {
   double gradient_sync_seconds = optimizer_->take_gradient_sync_seconds();  // ZeRO-2's, after each backward
+  // the guard's verdict, the same on every rank, before anything is updated
+  std::vector<std::string> nonfinite = guard_.agree(*comm_);
   const auto start = Clock::now();
-  const double grad_norm = optimizer_->step(optimizer_step_);  // gradients averaged across ranks, clip, AdamW
+  // gradients averaged across ranks, clip, AdamW at the schedule's count of applied steps; nothing
+  // applied for a non-finite step (nor for a non-finite grad norm, which every rank sees alike)
+  const double grad_norm = optimizer_->step(optimizer_step_ - nonfinite_steps_, nonfinite.empty());
+  if (!std::isfinite(grad_norm)) nonfinite.push_back("grad_norm");
   const double step_seconds = seconds_since(start);
   const double sync_in_step = optimizer_->take_gradient_sync_seconds();
   gradient_sync_seconds += sync_in_step;
@@ -414,6 +446,15 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
   m["memory/parameters_mb"] = global_max(*comm_, static_cast<double>(weight_bytes) / (1024.0 * 1024.0));
   m["memory/gradients_mb"] = global_max(*comm_, static_cast<double>(held.gradients) / (1024.0 * 1024.0));
   m["memory/optimizer_state_mb"] = global_max(*comm_, static_cast<double>(held.optimizer_state) / (1024.0 * 1024.0));
+  if (nonfinite.empty()) {
+    nonfinite_in_a_row_ = 0;
+    guard_.clear_rows();
+  } else {
+    ++nonfinite_steps_;
+    ++nonfinite_in_a_row_;
+    report_nonfinite_step(nonfinite, grad_norm);
+  }
+  m["train/nonfinite_steps"] = static_cast<double>(nonfinite_steps_);  // a running total
   old_logprob_passes_ = 0;
   sampling_seconds_ = optimizer_seconds_ = generation_seconds_ = train_seconds_ = 0;
   if (runtime_.rank() == 0 && cfg_.log.console &&
@@ -424,6 +465,34 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
     print_samples();
   }
   return m;
+}
+
+// A step the guard left out, on every rank: one warning on rank 0 naming what was not finite and the
+// rows that produced it (their prompt and reward columns), or the step's rows when none was marked.
+void Trainer::report_nonfinite_step(const std::vector<std::string>& sources, double grad_norm) {
+  constexpr int64_t kRowsNamed = 8;
+  const torch::Tensor rows = guard_.gather_rows(*comm_, static_cast<int64_t>(rewards_->size()), kRowsNamed);
+  if (runtime_.rank() != 0) return;
+  std::string what;
+  for (const std::string& source : sources) what += (what.empty() ? "" : ", ") + source;
+  const bool marked = rows.size(0) > 0 && rows[0][1].item<double>() > 0;
+  std::string named;
+  for (int64_t i = 0; i < rows.size(0); ++i) {
+    std::string rewards;
+    for (size_t k = 0; k < rewards_->size(); ++k)
+      rewards += str(k == 0 ? "" : ", ", rewards_->names()[k], " ", rows[i][2 + static_cast<int64_t>(k)].item<double>());
+    named += str(i == 0 ? "" : "; ", prompt_name(static_cast<int64_t>(rows[i][0].item<double>())), " rewards [", rewards, "]");
+  }
+  log_warn(str("step ", optimizer_step_, " not applied: not finite: ", what, " (grad_norm ", std::isnan(grad_norm) ? "nan" : str(grad_norm),
+               "); weights, AdamW state and learning-rate schedule unchanged (", nonfinite_in_a_row_, " in a row, ",
+               nonfinite_steps_, " in all; train.max_nonfinite_steps = ", cfg_.train.max_nonfinite_steps, "); ",
+               marked ? "rows that produced it: " : "no row marked; the step's rows: ", named.empty() ? "none" : named));
+}
+
+std::string Trainer::prompt_name(int64_t dataset_row) const {
+  if (dataset_row < 0) return "a row";
+  if (replay_ || dataset_row >= dataset_.size()) return str("group ", dataset_row);
+  return str("prompt ", dataset_row, " (", dataset_.where(dataset_row), ")");
 }
 
 // Rank 0 keeps the first log.num_completions_to_print rows of each generation for the console.

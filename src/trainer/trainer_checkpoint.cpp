@@ -3,6 +3,7 @@
 #include <torch/serialize.h>
 
 #include "rayless/base/error.h"
+#include "rayless/comm/communicator.h"
 #include "rayless/base/files.h"
 #include "rayless/base/hash.h"
 #include "rayless/base/log.h"
@@ -52,8 +53,32 @@ void copy_checkpoint_parameters(const torch::nn::Module& saved, torch::nn::Modul
 }
 }  // namespace
 
+// Every rank checks what it would write (the weights and the reference's, the AdamW moments it holds,
+// its accumulated gradients), and all agree: a NaN or an infinity anywhere and no checkpoint is
+// written; the run stops (exit 4) with the last one as it was.
+void Trainer::check_checkpoint_finite(bool at_optimizer_boundary) {
+  torch::NoGradGuard no_grad;
+  std::string bad;
+  auto check = [&](const torch::Tensor& t, const std::string& what) {
+    if (bad.empty() && t.defined() && !torch::isfinite(t).all().item<bool>()) bad = what;
+  };
+  for (const auto& item : policy_->named_parameters()) check(item.value(), "the model's " + item.key());
+  if (cfg_.grpo.sync_ref_model)
+    for (const auto& item : reference_->named_parameters()) check(item.value(), "the reference model's " + item.key());
+  if (bad.empty() && !optimizer_->state_is_finite()) bad = str("the AdamW state of rank ", runtime_.rank());
+  if (!at_optimizer_boundary)
+    for (const torch::Tensor& g : optimizer_->accumulated_gradients()) check(g, str("the accumulated gradients of rank ", runtime_.rank()));
+  const bool any_bad = global_max(*comm_, bad.empty() ? 0.0 : 1.0) > 0;
+  if (!any_bad) return;
+  throw NonfiniteError(str("checkpoint at step ", optimizer_step_, " (micro-step ", micro_step_, ") not written: ",
+                           bad.empty() ? std::string("a tensor another rank holds") : bad,
+                           " is not finite; the last checkpoint, ", last_checkpoint_.empty() ? std::string("none yet") : last_checkpoint_,
+                           ", is whole and finite (lower optim.learning_rate; docs/reliability.md, Non-finite steps)"));
+}
+
 void Trainer::save(bool at_optimizer_boundary) {
   if (last_saved_micro_step_ == micro_step_) return;
+  check_checkpoint_finite(at_optimizer_boundary);
   const int rank = runtime_.rank();
   TrainerState state;
   state.optimizer_step = optimizer_step_;
@@ -69,6 +94,8 @@ void Trainer::save(bool at_optimizer_boundary) {
   state.micro_batch = position_in_cycle() % steps_per_generation_;
   state.num_prompts = shard_spec_.num_prompts;
   state.segment = segment_;
+  state.nonfinite_steps = nonfinite_steps_;
+  state.nonfinite_in_a_row = nonfinite_in_a_row_;
   if (plan_) state.async = {plan_->generation_ranks(), plan_->lag(), generators_version_};
   RankState rank_state;
   if (generates_) {
@@ -112,6 +139,7 @@ void Trainer::save(bool at_optimizer_boundary) {
                                         fill_each_rank, cfg_.checkpoint.keep_last);
   last_saved_micro_step_ = micro_step_;
   last_saved_step_ = optimizer_step_;
+  last_checkpoint_ = path.string();
   log_info(str("checkpoint: ", path.string()));
 }
 
@@ -192,6 +220,8 @@ void Trainer::restore(const fs::path& checkpoint) {
   optimizer_step_ = state.optimizer_step;
   micro_step_ = state.micro_step;
   num_tokens_ = state.num_tokens;
+  nonfinite_steps_ = state.nonfinite_steps;
+  nonfinite_in_a_row_ = state.nonfinite_in_a_row;
   // between boundaries nothing may have changed, so the saved segment's counting goes on; at a cycle
   // and optimizer-step boundary a new segment begins here, with this run's geometry
   segment_ = mid_cycle || mid_accumulation
@@ -202,6 +232,7 @@ void Trainer::restore(const fs::path& checkpoint) {
   generators_version_ = state.async.generators_version;
   last_saved_micro_step_ = micro_step_;
   last_saved_step_ = optimizer_step_;
+  last_checkpoint_ = checkpoint.string();
   if (generates_) return restore_generation_rank(checkpoint, state);  // trainer_async.cpp
   load_policy_weights(checkpoint);
   optimizer_->load_state(checkpoint / "optimizer.pt");

@@ -30,7 +30,7 @@ std::pair<double, double> nan_mean_std(const torch::Tensor& values) {
 }  // namespace
 
 bool Trainer::eval_due() const {
-  if (eval_dataset_.rows.empty()) return false;
+  if (eval_dataset_.size() == 0) return false;
   return optimizer_step_ == cfg_.train.max_steps || (cfg_.eval.steps > 0 && optimizer_step_ % cfg_.eval.steps == 0);
 }
 
@@ -41,10 +41,10 @@ StepMetrics Trainer::evaluate() {
   Drawn drawn;
   std::vector<PromptRow> rows;
   std::vector<std::string> where;
-  for (size_t i = static_cast<size_t>(rank); i < eval_dataset_.rows.size(); i += static_cast<size_t>(world))
+  for (int64_t i = rank; i < eval_dataset_.size(); i += world)
     for (int64_t g = 0; g < G; ++g) {
-      rows.push_back(eval_dataset_.rows[i]);
-      where.push_back(str(eval_dataset_.path, ":", rows.back().line));
+      rows.push_back(eval_dataset_.row(i));  // read from the file: rows are not held
+      where.push_back(eval_dataset_.where(i));
       drawn.rows.group_index.push_back(static_cast<int64_t>(i));
     }
   reset_environments(rows, where);
@@ -97,7 +97,7 @@ StepMetrics Trainer::evaluate() {
   m["eval_num_completions"] = static_cast<double>(all.size(0));
   if (rank == 0)
     log_info(str("eval at step ", optimizer_step_, ": reward ", m["eval_reward"], " +- ", m["eval_reward_std"], " over ",
-                 all.size(0), " completions of ", eval_dataset_.rows.size(), " prompts"));
+                 all.size(0), " completions of ", eval_dataset_.size(), " prompts"));
 
   if (!unique_prompts.empty()) {
     RolloutExtras extras{rewards_per_func, (rewards_per_func * weights.unsqueeze(0)).nansum(1), drawn.sampled.entropies,

@@ -7,6 +7,7 @@
 
 #include "rayless/agent/tool_chat.h"
 #include "rayless/agent/tool_workers.h"
+#include "rayless/base/failure_message.h"
 #include "rayless/model/lora.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
@@ -19,6 +20,7 @@
 #include "rayless/rollout/replay.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
+#include "rayless/trainer/resource_bounds.h"
 #include "rayless/trainer/step_metrics.h"
 #include "rayless/trainer/trainer.h"
 #include "trainer/trainer_internal.h"
@@ -53,8 +55,25 @@ Trainer::Generation Trainer::finish_generation(Drawn drawn, const torch::Tensor&
   const int64_t first_row = comm_->rank() * rows.size();  // every rank holds the same number of rows
   rows.advantages = all.advantages.slice(0, first_row, first_row + rows.size());
 
+  // for the non-finite guard: rows whose logits (the sampler's) or rewards were not finite
+  generation.rewards_per_func = rewards_per_func;
+  const torch::Tensor reward_inf = torch::isinf(rewards_per_func).any(1);
+  const torch::Tensor logits_bad = drawn.sampled.nonfinite.defined() ? drawn.sampled.nonfinite.to(torch::kCPU, torch::kBool)
+                                                                     : torch::zeros_like(reward_inf);
+  generation.nonfinite_rows = reward_inf | logits_bad;
+  generation.logits_nonfinite = logits_bad.any().item<bool>();
+  generation.rewards_nonfinite = reward_inf.any().item<bool>();
+  if (generation.logits_nonfinite)
+    log_warn(str("generation ", generation_step, ": the logits of ", logits_bad.sum().item<int64_t>(), " of ", rows.size(),
+                 " rows held a NaN or an infinity (the policy diverged); they ended early, and the steps trained on this "
+                 "generation will not be applied (first: ", prompt_name(rows.group_index[static_cast<size_t>(logits_bad.nonzero()[0][0].item<int64_t>())]), ")"));
+
   torch::Tensor entropies = drawn.sampled.entropies;  // the sampler's, unless the old-log-prob pass runs
-  old_and_reference_logps(rows, entropies);
+  {
+    const MemoryPhase phase(str("the old and reference log-prob passes of generation ", generation_step),
+                            memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::LogprobPass));
+    old_and_reference_logps(rows, entropies);
+  }
   rows.num_items_in_batch = global_sum(*comm_, static_cast<int64_t>(rows.loss_mask().sum().item<double>()));
   generation.metrics = generation_metrics(*comm_, rows, all_rewards_per_func, all, rewards_->names(), num_tokens_);
   if (corrects_sampling_) {
@@ -98,8 +117,8 @@ Trainer::Drawn Trainer::draw_prompts(int64_t generation_step, const RowPiece& pi
   std::vector<PromptRow> rows;
   for (int64_t i = piece.first; i < piece.last; ++i) {
     const int64_t dataset_row = shard.rows[static_cast<size_t>(i / G)];
-    rows.push_back(dataset_.rows[static_cast<size_t>(dataset_row)]);
-    drawn.where.push_back(str(dataset_.path, ":", rows.back().line));
+    rows.push_back(dataset_.row(dataset_row));  // read from the file: rows are not held
+    drawn.where.push_back(dataset_.where(dataset_row));
     drawn.rows.group_index.push_back(dataset_row);
   }
   reset_environments(rows, drawn.where);  // each rollout's environment first: its observation is part of the prompt
@@ -282,8 +301,27 @@ torch::Tensor Trainer::score(Drawn& drawn) {
   std::vector<nlohmann::json> fields = drawn.fields;
   for (size_t i = 0; i < drawn.rollouts.size() && i < fields.size(); ++i)
     if (fields[i].is_object()) fields[i]["completion_messages"] = nlohmann::json::parse(drawn.rollouts[i].messages.dump());
-  torch::Tensor out = rewards_->score(drawn.prompt_texts, texts, counts, fields).to(torch::kFloat32);
+  std::vector<RewardSet::NonfiniteScore> infinite;
+  const torch::Tensor scores = rewards_->score(drawn.prompt_texts, texts, counts, fields, &infinite);
+  torch::Tensor out = scores.to(torch::kFloat32);  // TRL holds rewards in float32: past 3.4e38 they are infinite
   drawn.completion_texts = std::move(texts);
+  // every reward that is not a finite number, named with its row (rewards stay as TRL would have them:
+  // an infinity the function returned counts as no score, NaN; a finite one too large for float32 is
+  // an infinity, which the guard then sees)
+  const auto name_of = [&](int64_t i, size_t k, const std::string& value, const std::string& becomes) {
+    return str("reward ", rewards_->names()[k], " of completion ", i, " (", prompt_name(rows.group_index[static_cast<size_t>(i)]),
+               ") is ", value, ": ", becomes);
+  };
+  std::vector<std::string> warnings;
+  for (const auto& f : infinite) warnings.push_back(name_of(f.row, f.function, str(f.value), "counted as no score (NaN)"));
+  const torch::Tensor overflow = torch::isinf(out).nonzero();
+  for (int64_t j = 0; j < overflow.size(0); ++j) {
+    const int64_t i = overflow[j][0].item<int64_t>(), k = overflow[j][1].item<int64_t>();
+    warnings.push_back(name_of(i, static_cast<size_t>(k), str(scores[i][k].item<double>()),
+                               "infinite in float32, as TRL holds rewards; the steps trained on this generation will not be applied"));
+  }
+  if (!warnings.empty())
+    log_warn(str(warnings.front(), warnings.size() > 1 ? str(" (and ", warnings.size() - 1, " more on rank ", runtime_.rank(), ")") : ""));
   return out;
 }
 

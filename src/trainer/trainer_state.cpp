@@ -17,6 +17,8 @@ nlohmann::json TrainerState::to_json() const {
   j["generation_step"] = generation_step;
   j["position_in_cycle"] = {{"iteration", iteration}, {"micro_batch", micro_batch}};
   j["num_prompts"] = num_prompts;
+  j["nonfinite_steps"] = nonfinite_steps;
+  j["nonfinite_in_a_row"] = nonfinite_in_a_row;
   j["segment_start"] = {{"micro_step", segment.micro_step},
                         {"optimizer_step", segment.optimizer_step},
                         {"generation_step", segment.generation_step},
@@ -46,6 +48,8 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
       s.micro_batch = j["position_in_cycle"].value("micro_batch", int64_t{0});
     }
     s.num_prompts = j.value("num_prompts", int64_t{0});
+    s.nonfinite_steps = j.value("nonfinite_steps", int64_t{0});
+    s.nonfinite_in_a_row = j.value("nonfinite_in_a_row", int64_t{0});
     if (j.contains("segment_start")) {  // checkpoints from before segments: the run began at 0
       const nlohmann::json& g = j["segment_start"];
       s.segment.micro_step = g.at("micro_step").get<int64_t>();

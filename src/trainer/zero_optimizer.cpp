@@ -146,14 +146,18 @@ double ZeroOptimizer::clip_gradients() {
   return norm;
 }
 
-double ZeroOptimizer::step(int64_t step) {
+double ZeroOptimizer::step(int64_t step, bool apply) {
   torch::NoGradGuard no_grad;
   if (stage_ == 1) reduce_scatter_gradients();
   const auto& buckets = layout_.buckets();
   for (size_t k = 0; k < buckets.size(); ++k)
     if (!gradient_slices_[k].defined())
       gradient_slices_[k] = torch::zeros({buckets[k].slice}, slice_options());
-  const double grad_norm = clip_gradients();
+  const double grad_norm = clip_gradients();  // global: every rank decides alike
+  if (!apply || !std::isfinite(grad_norm)) {  // the non-finite guard: nothing updated, the gradients dropped
+    for (auto& slice : gradient_slices_) slice = torch::Tensor();
+    return grad_norm;
+  }
 
   // AdamW exactly as stage 0 computes it (adamw_update, element by element), on this rank's slices
   const double lr = scheduled_learning_rate(step);
@@ -184,6 +188,14 @@ double ZeroOptimizer::step(int64_t step) {
     gradient_slices_[k] = torch::Tensor();
   }
   return grad_norm;
+}
+
+bool ZeroOptimizer::state_is_finite() const {
+  for (size_t k = 0; k < exp_avg_.size(); ++k)
+    if (exp_avg_[k].defined() &&
+        (!torch::isfinite(exp_avg_[k]).all().item<bool>() || !torch::isfinite(exp_avg_sq_[k]).all().item<bool>()))
+      return false;
+  return true;
 }
 
 void ZeroOptimizer::collect_state() {

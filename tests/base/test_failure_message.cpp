@@ -52,3 +52,21 @@ TEST_CASE("failure_message: an allocation that fails names the phase that was ru
   }
   CHECK(memory_phase() == "sampling");
 }
+
+TEST_CASE("failure_message: a phase with bounds names the sizes and the settings to lower; exit 5") {
+  try {
+    const MemoryPhase phase("generation 2 (sampling)", "512 rows x 2012 positions, KV cache 3.9 GiB; bounded by "
+                                                       "train.per_device_train_batch_size 64 x steps_per_generation 8");
+    torch::empty({int64_t{1} << 50}, torch::kFloat32);
+    FAIL("no error");
+  } catch (const std::exception& e) {
+    const std::string line = failure_message(e);
+    CHECK_THAT(line, Catch::StartsWith("out of memory while generation 2 (sampling) (512 rows x 2012 positions, KV cache "
+                                       "3.9 GiB; bounded by train.per_device_train_batch_size 64 x steps_per_generation 8): "));
+    CHECK_THAT(line, Catch::EndsWith("(lower the settings named, or give each rank more memory; docs/models.md, Lengths and memory)"));
+    CHECK(exit_code_for(e) == kExitOutOfMemory);
+  }
+  CHECK(exit_code_for(InputError("x")) == kExitInput);
+  CHECK(exit_code_for(NonfiniteError("x")) == kExitNonfinite);
+  CHECK(exit_code_for(RuntimeError("x")) == kExitRuntime);
+}

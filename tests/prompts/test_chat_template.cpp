@@ -132,7 +132,7 @@ TEST_CASE("prompt builder: a row the template refuses names the dataset line; kw
   config.chat_template_kwargs = R"({"think": false})";
   const PromptFormat format = prompt_format_from_config(config, dir);
   auto tokenizer = make_byte_tokenizer();
-  CHECK(build_prompt(dataset.rows[0], format, *tokenizer, 100, PromptTruncation::Error, "x").text == "a/no_think");
+  CHECK(build_prompt(dataset.row(0), format, *tokenizer, 100, PromptTruncation::Error, "x").text == "a/no_think");
   auto accept = [](const nlohmann::json&) { return std::string(); };
   CHECK_THROWS_WITH(check_prompt_dataset(dataset, format, *tokenizer, 100, PromptTruncation::Error, false, accept),
                     Catch::Contains("data.jsonl:2: cannot render the messages") && Catch::Contains("system unsupported"));

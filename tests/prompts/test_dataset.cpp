@@ -16,17 +16,18 @@ TEST_CASE("dataset: text and chat rows keep every field") {
                                            "\n"
                                            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"answer\": 3}\r\n");
   const PromptDataset d = load_prompt_dataset(path);
-  REQUIRE(d.rows.size() == 2);
-  CHECK(d.rows[0].prompt == "What is 2+2?");
-  CHECK_FALSE(d.rows[0].is_chat());
-  CHECK(d.rows[0].fields["answer"] == "4");
-  CHECK(d.rows[0].fields["id"] == 7);
-  CHECK(d.rows[0].line == 1);
-  CHECK(d.rows[1].is_chat());
-  CHECK(d.rows[1].messages[0]["content"] == "hi");
-  CHECK(d.rows[1].fields["answer"] == 3);
-  CHECK(d.rows[1].line == 3);  // the blank line still counts
-  CHECK(d.skipped_lines == 0);
+  REQUIRE(d.size() == 2);
+  CHECK(d.row(0).prompt == "What is 2+2?");
+  CHECK_FALSE(d.row(0).is_chat());
+  CHECK(d.row(0).fields["answer"] == "4");
+  CHECK(d.row(0).fields["id"] == 7);
+  CHECK(d.row(0).line == 1);
+  CHECK(d.row(1).is_chat());
+  CHECK(d.row(1).messages[0]["content"] == "hi");
+  CHECK(d.row(1).fields["answer"] == 3);
+  CHECK(d.row(1).line == 3);  // the blank line still counts
+  CHECK(d.where(1) == path + ":3");
+  CHECK(d.skipped_lines() == 0);
 }
 
 TEST_CASE("dataset: field names come from the config") {
@@ -36,9 +37,9 @@ TEST_CASE("dataset: field names come from the config") {
   config.data.prompt_field = "question";
   config.data.messages_field = "chat";
   const PromptDataset d = load_prompt_dataset(config.data);
-  REQUIRE(d.rows.size() == 2);
-  CHECK(d.rows[0].prompt == "q1");
-  CHECK(d.rows[1].is_chat());
+  REQUIRE(d.size() == 2);
+  CHECK(d.row(0).prompt == "q1");
+  CHECK(d.row(1).is_chat());
   // with the default names the same file has no usable row
   CHECK_THROWS_AS(load_prompt_dataset(path), InputError);
 }
@@ -51,11 +52,11 @@ TEST_CASE("dataset: TRL's conversational rows, the prompt as a list of messages"
       "{\"prompt\": \"plain\"}\n");
   for (const std::string& messages_field : {std::string("messages"), std::string("prompt")}) {
     const PromptDataset d = load_prompt_dataset(path, "prompt", messages_field);
-    REQUIRE(d.rows.size() == 2);
-    REQUIRE(d.rows[0].is_chat());
-    CHECK(d.rows[0].messages.dump() == R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])");
-    CHECK(d.rows[0].fields["answer"] == "4");
-    CHECK(d.rows[1].prompt == "plain");
+    REQUIRE(d.size() == 2);
+    REQUIRE(d.row(0).is_chat());
+    CHECK(d.row(0).messages.dump() == R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])");
+    CHECK(d.row(0).fields["answer"] == "4");
+    CHECK(d.row(1).prompt == "plain");
   }
 }
 
@@ -86,9 +87,10 @@ TEST_CASE("dataset: a bad line names file and line") {
     }
     // skipped and counted instead
     const PromptDataset d = load_prompt_dataset(path, "prompt", "messages", true);
-    CHECK(d.rows.size() == 3);
-    CHECK(d.skipped_lines == 1);
-    CHECK_THAT(d.first_skip_reason, Catch::Contains(":3: "));
+    CHECK(d.size() == 3);
+    CHECK(d.skipped_lines() == 1);
+    CHECK_THAT(d.first_skip_reason(), Catch::Contains(":3: "));
+    CHECK(d.where(2) == path + ":4");  // the row after the skipped line
   }
 }
 
@@ -102,8 +104,8 @@ TEST_CASE("dataset: missing file and no usable rows are input errors") {
 
 TEST_CASE("dataset: the shipped demo dataset loads") {
   const PromptDataset d = load_prompt_dataset(std::string(RAYLESS_SOURCE_DIR) + "/data/demo/prompts.jsonl");
-  CHECK(d.rows.size() >= 24);
-  for (const PromptRow& row : d.rows) CHECK(row.prompt.size() <= 64);  // configs/demo.toml: max_prompt_length 64 bytes
+  CHECK(d.size() >= 24);
+  for (int64_t i = 0; i < d.size(); ++i) CHECK(d.row(i).prompt.size() <= 64);  // configs/demo.toml: max_prompt_length 64 bytes
 }
 
 TEST_CASE("dataset: prompt truncation") {

@@ -55,5 +55,5 @@ mpi --output "$work/skip" --set data.path="\"$work/long.jsonl\"" --set data.trun
   --set train.max_steps=1 > "$work/skip.log" 2>&1 || { cat "$work/skip.log"; fail "skip_invalid run failed"; }
 grep -q "skipped 1 invalid lines of $work/long.jsonl (first: $work/long.jsonl:41: prompt has 100 tokens" "$work/skip.log" \
   || { cat "$work/skip.log"; fail "skip_invalid must say what it skipped"; }
-grep -q "40 prompts (read and checked in [0-9.]* s)" "$work/skip.log" || { cat "$work/skip.log"; fail "start-up line"; }
+grep -q "40 prompts (read and checked in [0-9.]* s; index " "$work/skip.log" || { cat "$work/skip.log"; fail "start-up line"; }
 echo "PASS: data.skip_invalid skips and counts the row; the start-up line times the check"

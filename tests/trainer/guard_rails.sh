@@ -5,7 +5,8 @@
 #  6. bounds before memory: lengths past max_position_embeddings refused by config check and train
 #     (nothing written); a run or a generation that cannot fit in memory refused at start in one
 #     line; generate past max_position_embeddings warns as transformers does; an allocation that
-#     still fails is one line naming what was running
+#     still fails is one line naming what was running, exit 5 (issue 51 §4: in training also the
+#     sizes allocated and the settings that bound them; nothing written)
 #  7. generate --adapter on a base without weights is the base training and export use; a run that
 #     failed in its first step does not block a plain rerun; a missing eval.path is named so;
 #     "[reward.workers.a] has no command" with file:line; generate's flag errors name the flag;
@@ -70,15 +71,27 @@ one_line 2 'generate needs at least .* (KV cache (1 rows x 100000000001 position
 one_line 0 'rayless: warning: generate: the prompt.s 2045 tokens + --max-new-tokens 8 = 2053 positions, more than the 2048 the model is made for' \
   "$rayless" generate --model configs/models/tiny --prompt "$(printf 'a%.0s' $(seq 2045))" --max-new-tokens 8 --greedy
 # an allocation that fails anyway (an address-space limit of 4 GB under a KV cache of 8 GB that the
-# machine has): one error line naming what was running, exit 1
+# machine has): one error line naming what was running, exit 5
 if [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -gt $((10 * 1024 * 1024)) ]; then  # KiB
   (ulimit -v 4000000; exec "$rayless" generate --model configs/models/tiny --prompt hi --max-new-tokens 2000000) \
     > /dev/null 2> "$work/oom.txt"
   rc=$?
-  [ $rc -eq 1 ] && [ "$(grep -c 'rayless: error:' "$work/oom.txt")" -eq 1 ] && ! grep -q "frame #" "$work/oom.txt" \
+  [ $rc -eq 5 ] && [ "$(grep -c 'rayless: error:' "$work/oom.txt")" -eq 1 ] && ! grep -q "frame #" "$work/oom.txt" \
     && grep -q 'rayless: error: out of memory while generating up to 2000000 tokens: .*allocate' "$work/oom.txt" \
-    || { cat "$work/oom.txt"; fail "an allocation failure: expected exit 1 and one line naming the phase, got $rc"; }
+    || { cat "$work/oom.txt"; fail "an allocation failure: expected exit 5 and one line naming the phase, got $rc"; }
   echo "PASS: $(grep 'rayless: error:' "$work/oom.txt")"
+  # in training: a generation of 512 rows (32 prompts x 16) x 2012 positions (a KV cache of 3.9 GiB, which the start-up
+  # estimate lets through on this machine) under the same limit names the phase, its sizes and the
+  # keys that bound them; nothing is written but the empty metrics file
+  (ulimit -v 4000000; exec "$rayless" train "${common[@]}" --output "$work/oom-train" --set train.per_device_train_batch_size=64 \
+     --set grpo.steps_per_generation=8 --set grpo.num_generations=16 --set generation.max_completion_length=1948) > /dev/null 2> "$work/oom-train.txt"
+  rc=$?
+  [ $rc -eq 5 ] && [ "$(grep -c 'rayless: error:' "$work/oom-train.txt")" -eq 1 ] && ! grep -q "frame #" "$work/oom-train.txt" \
+    && grep -q 'rayless: error: out of memory while generation 0 (sampling, rewards, log-probs) (512 rows x 2012 positions, KV cache 3.9 GiB, .*; bounded by train.per_device_train_batch_size 64 x steps_per_generation 8, data.max_prompt_length 64 + generation.max_completion_length 1948): .*allocate.* (lower the settings named' "$work/oom-train.txt" \
+    || { cat "$work/oom-train.txt"; fail "an allocation failure in training: expected exit 5 and one line naming the phase, sizes and settings, got $rc"; }
+  [ -z "$(ls "$work/oom-train/checkpoints" 2>/dev/null)" ] && [ ! -s "$work/oom-train/metrics.jsonl" ] \
+    || fail "the run that ran out of memory wrote $(ls "$work/oom-train" "$work/oom-train/checkpoints")"
+  echo "PASS: $(grep 'rayless: error:' "$work/oom-train.txt" | cut -c1-300)..."
 else
   echo "SKIP: the out-of-memory line needs 10 GiB available"
 fi

@@ -42,7 +42,8 @@ set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trai
 # rails before memory) and what TRL users reach for (named rewards, reward models, eval, TensorBoard,
 # sample tables, conversational rows)
 foreach(_script bad_data_fails_at_start sigterm_checkpoints run_directory_never_mixes world_size_changes_index small_gaps
-                grpo_user_features chat_prompt_ids data_order_world_sizes resume_config_changes guard_rails)
+                grpo_user_features chat_prompt_ids data_order_world_sizes resume_config_changes guard_rails nonfinite_guard
+                dataset_index)
   string(REPLACE "_" "-" _name ${_script})
   add_test(NAME trainer-${_name}
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/${_script}.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal>)

@@ -168,6 +168,7 @@ struct TrainConfig {
   bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
   std::string output_dir = "runs/default";
   std::string replay_rollouts = "";                 // JSONL of prompts + completions to replay instead of sampling
+  int64_t max_nonfinite_steps = 3;                  // non-finite steps in a row (skipped) before the run stops
 };
 
 struct CheckpointConfig {

@@ -24,6 +24,17 @@ constexpr int kExitOk = 0;
 constexpr int kExitRuntime = 1;
 constexpr int kExitInput = 2;
 constexpr int kExitCheckpointedOnSignal = 3;  // stopped on SIGUSR1/SIGTERM after writing a checkpoint
+constexpr int kExitNonfinite = 4;   // stopped: train.max_nonfinite_steps non-finite steps in a row, or a
+                                    // checkpoint that would hold a non-finite tensor (none was written)
+constexpr int kExitOutOfMemory = 5;  // an allocation failed (host or device): lower the named settings
+
+// The run stopped because its numbers stopped being finite (exit 4): the weights are not to be trusted
+// past the last checkpoint, and a rerun without a change (a lower learning rate, other data) would
+// only meet the same.
+class NonfiniteError : public RuntimeError {
+ public:
+  explicit NonfiniteError(const std::string& message) : RuntimeError(message) {}
+};
 
 namespace detail {
 inline void append_all(std::ostringstream&) {}
@@ -42,7 +53,8 @@ std::string str(const Parts&... parts) {
   return out.str();
 }
 
-// Exit code for an exception caught at the top of a command.
+// Exit code for an exception caught at the top of a command: 2 for an InputError, 4 for a
+// NonfiniteError, 5 for a failed allocation (failure_message.h), else 1.
 int exit_code_for(const std::exception& error);
 
 // "rayless: error: <what>" on stderr, one line (newlines in the message become spaces).

@@ -10,9 +10,11 @@
 namespace rayless {
 
 // Names what runs while it is alive ("generation of step 3"); scopes nest, the innermost is named.
+// `bounds` says what the phase allocates and which settings bound it ("32 rows x 76 positions, KV
+// cache 1.2 MiB; bounded by train.per_device_train_batch_size = 4, ..."), for the message.
 class MemoryPhase {
  public:
-  explicit MemoryPhase(std::string name);
+  explicit MemoryPhase(std::string name, const std::string& bounds = "");
   ~MemoryPhase();
   MemoryPhase(const MemoryPhase&) = delete;
   MemoryPhase& operator=(const MemoryPhase&) = delete;
@@ -22,7 +24,7 @@ class MemoryPhase {
   int uncaught_;
 };
 
-// The innermost phase alive ("" when none).
+// The innermost phase alive, with its bounds in parentheses ("" when none).
 const std::string& memory_phase();
 
 // Whether `error` is a failed allocation.

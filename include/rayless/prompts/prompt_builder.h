@@ -20,7 +20,7 @@
 namespace rayless {
 
 struct PromptRow;
-struct PromptDataset;
+class PromptDataset;
 struct TokenizerConfig;
 class Tokenizer;
 
@@ -48,13 +48,32 @@ std::string prompt_text(const PromptRow& row, const PromptFormat& format, const 
 PromptTokens build_prompt(const PromptRow& row, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, const std::string& where);
 
-// Every row as training would use it, before any generation: the prompt built and tokenized as above
-// (with data.max_prompt_length under truncation "error") and `check_row` (what the rewards need of
-// the row; "" = fine). A bad row is an InputError "file:line: why", or, with skip_invalid, is
-// dropped and counted in dataset.skipped_lines. A dataset left with no row is an InputError.
-// Returns the longest prompt kept, in tokens (after truncation).
+// What checking lines of a dataset found: the first bad line and why, or (skip_invalid) every bad
+// line and why the first one was.
+struct PromptCheck {
+  int64_t first_error_line = -1;  // index into dataset.lines(); -1: none
+  std::string first_error;        // "file:line: why"
+  std::vector<int64_t> skipped;   // with skip_invalid, in order
+  std::string first_skip_reason;
+  int64_t longest_prompt = 0;     // the longest prompt of the usable lines, in tokens (after truncation)
+};
+
+// Lines [begin, end) of `dataset` as training would use them, before any generation: the row parsed,
+// its prompt built and tokenized as above (with data.max_prompt_length under truncation "error") and
+// `check_row` (what the rewards need of the row; "" = fine). Without skip_invalid it stops at the
+// first bad line. Reads the lines sequentially; keeps no row.
+PromptCheck check_prompt_rows(const PromptDataset& dataset, int64_t begin, int64_t end, const PromptFormat& format,
+                              const Tokenizer& tokenizer, int64_t max_length, PromptTruncation truncation,
+                              bool skip_invalid, const std::function<std::string(const nlohmann::json&)>& check_row);
+
+// check_prompt_rows over every line in this process, applied: the first bad line is an InputError
+// "file:line: why", or, with skip_invalid, the bad lines are skipped and counted. A dataset left with
+// no row is an InputError. Returns the longest prompt kept, in tokens (after truncation).
 int64_t check_prompt_dataset(PromptDataset& dataset, const PromptFormat& format, const Tokenizer& tokenizer,
                           int64_t max_length, PromptTruncation truncation, bool skip_invalid,
                           const std::function<std::string(const nlohmann::json&)>& check_row);
+// Applies a check's outcome to `dataset` (the InputError, or the skipped lines; no usable row left is
+// an InputError). Returns the check's longest prompt.
+int64_t apply_prompt_check(PromptDataset& dataset, PromptCheck check, bool skip_invalid);
 
 }  // namespace rayless

@@ -9,6 +9,7 @@
 // batch continues into the next epoch's order so every prompt of every epoch is used.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace rayless {
@@ -50,5 +51,8 @@ ShardCursor cursor_at_step(const ShardSpec& spec, int64_t step);
 
 // The order of one epoch: a permutation of 0..num_prompts-1 (identity when shuffle is off).
 std::vector<int64_t> epoch_order(int64_t num_prompts, uint64_t seed, int64_t epoch, bool shuffle = true);
+// The shuffled order of one epoch without a copy: shared and immutable (8 bytes a prompt, the one
+// memory a rank spends per row of the dataset).
+std::shared_ptr<const std::vector<int64_t>> epoch_permutation(int64_t num_prompts, uint64_t seed, int64_t epoch);
 
 }  // namespace rayless

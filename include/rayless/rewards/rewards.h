@@ -67,10 +67,18 @@ class RewardSet {
   // One more column after those of reward.functions (an environment's get_reward, weight 1 as in TRL).
   void add(std::unique_ptr<RewardFunction> function, double weight);
 
-  // rows[i] is the dataset row (PromptRow::fields) of completion i -> [N, K] float64.
+  // A score that was not a finite number (an infinity a function returned, or NaN from a reward
+  // model): it counts as no score (NaN), as null does.
+  struct NonfiniteScore {
+    int64_t row = 0;
+    size_t function = 0;
+    double value = 0;
+  };
+  // rows[i] is the dataset row (PromptRow::fields) of completion i -> [N, K] float64. Non-finite
+  // scores become NaN; `nonfinite` (when given) lists them.
   torch::Tensor score(const std::vector<std::string>& prompts, const std::vector<std::string>& completions,
                       const std::vector<int64_t>& completion_token_counts,
-                      const std::vector<nlohmann::json>& rows);
+                      const std::vector<nlohmann::json>& rows, std::vector<NonfiniteScore>* nonfinite = nullptr);
 
  private:
   std::vector<std::unique_ptr<RewardFunction>> functions_;

@@ -40,6 +40,8 @@ struct GenerationOutput {
                                   // chosen token (raw logits when greedy), 0 after the end
   torch::Tensor entropies;        // [N, T] float32 (with logprobs): entropy (nats) of that same
                                   // distribution, before top-k/top-p/min-p, as TRL computes it; 0 after the end
+  torch::Tensor nonfinite;        // [N] bool: the row's logits held a NaN or an infinity at some step;
+                                  // the row ended there with the first EOS id (pad when none)
 };
 
 

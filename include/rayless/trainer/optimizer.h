@@ -41,9 +41,14 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // After each micro-step's backward (stage 2 reduce-scatters here and frees the full gradients).
   virtual void after_backward() {}
-  // Optimizer step `step` (0-based): average the gradients across ranks, clip and measure them, set
-  // the step's learning rate, AdamW, zero the gradients. Collective. Returns the norm before clipping.
-  virtual double step(int64_t step) = 0;
+  // Optimizer step `step` (0-based, the schedule's count): average the gradients across ranks, clip and
+  // measure them, set the step's learning rate, AdamW, zero the gradients. Collective. Returns the norm
+  // before clipping. When `apply` is false or the norm is not finite (every rank sees the same norm)
+  // nothing is updated: weights, AdamW moments, its step counts and the learning rate stay as they were;
+  // the gradients are dropped (the non-finite guard, nonfinite_guard.h).
+  virtual double step(int64_t step, bool apply = true) = 0;
+  // Whether the AdamW moments this rank holds are all finite (a checkpoint never holds a NaN).
+  virtual bool state_is_finite() const = 0;
   double learning_rate() const { return learning_rate_; }  // of the last step (what transformers logs)
   // seconds spent averaging gradients across ranks since the last call (metrics: time/gradient_allreduce)
   double take_gradient_sync_seconds() { return std::exchange(gradient_sync_seconds_, 0.0); }

@@ -44,6 +44,17 @@ MemoryEstimate training_memory(const Config& config, const ModelArchConfig& arch
 // What one generation of `rows` sequences of up to `positions` tokens holds (weights included).
 MemoryEstimate generation_memory(const ModelArchConfig& arch, torch::Dtype dtype, int64_t rows, int64_t positions);
 
+// The phases of a run that allocate much, for MemoryPhase's bounds (failure_message.h).
+enum class MemoryUse {
+  Sampling,      // one generation: the KV cache of its rows
+  LogprobPass,   // the old/reference log-prob pass over a generation's rows (no gradients)
+  TrainingStep,  // one micro-step's forward and backward
+};
+// What `use` allocates and the settings that bound it, in one clause for an out-of-memory message:
+// "32 rows x 76 positions, KV cache 1.2 MiB; bounded by train.per_device_train_batch_size = 4 x
+// steps_per_generation 8, data.max_prompt_length 64 + generation.max_completion_length 12".
+std::string memory_bounds(const Config& config, const ModelArchConfig& arch, int64_t world_size, MemoryUse use);
+
 // InputError, one line, when `estimate` is above `available` (nothing when available is unknown).
 void check_memory_fits(const MemoryEstimate& estimate, const AvailableMemory& available, const std::string& what,
                        const std::string& remedy);

@@ -25,7 +25,9 @@ StepMetrics generation_metrics(Communicator& comm, const RolloutBatch& batch, co
 
 // kl, entropy, clip_ratio/*: global over ranks in two allreduces (means from their summed parts,
 // extremes NaN-ignoring; minima travel negated so one max-allreduce serves both). Collective.
-StepMetrics loss_metrics(Communicator& comm, const LossOutput& loss);
+// sums_finite (when given): whether every summed part is finite on every rank (a NaN count-0 mean is
+// "no value"; a NaN or infinite sum is not, and the non-finite guard sees it).
+StepMetrics loss_metrics(Communicator& comm, const LossOutput& loss, bool* sums_finite = nullptr);
 
 // The mean of each metric over a step's micro-steps (or generations), NaN left out, as TRL averages
 // what it collected between logs.

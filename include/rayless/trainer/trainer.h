@@ -36,6 +36,7 @@
 #include "rayless/trainer/async_plan.h"
 #include "rayless/sampler/sampler.h"
 #include "rayless/trainer/metrics.h"
+#include "rayless/trainer/nonfinite_guard.h"
 #include "rayless/trainer/sample_table.h"
 #include "rayless/trainer/trainer_state.h"
 
@@ -65,9 +66,12 @@ struct TrainOptions {
 };
 
 // Called on every rank after each micro-step (micro_step = completed micro-steps), before the ranks
-// agree on a stop: tests raise a signal here to checkpoint at an exact place.
+// agree on a stop: tests raise a signal here to checkpoint at an exact place. `loss` (tests only, no
+// production switch) may replace a micro-step's loss before backward: the non-finite guard's test
+// forces an infinity there.
 struct TrainerHooks {
   std::function<void(int64_t micro_step)> after_micro_step;
+  std::function<torch::Tensor(const torch::Tensor& loss, int64_t micro_step)> loss;
 };
 
 class Trainer {
@@ -84,6 +88,11 @@ class Trainer {
     RolloutBatch rows;
     torch::Tensor order;  // [N] micro-batch i = rows order[iB:(i+1)B] (TRL shuffles, then splits)
     StepMetrics metrics;  // empty when read back from the store
+    // for the non-finite guard: this rank's rows whose logits or rewards were not finite ([N] bool),
+    // whether any was, and the rows' reward columns [N, K] (undefined when read back from the store)
+    torch::Tensor nonfinite_rows;
+    bool logits_nonfinite = false, rewards_nonfinite = false;
+    torch::Tensor rewards_per_func;
   };
   // Prompts and completions of one generation before scoring.
   struct Drawn {
@@ -122,6 +131,12 @@ class Trainer {
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                        int64_t prompt_width);
 
+  // datasets (trainer_data.cpp): opened through their line indexes, every row checked over the ranks
+  // or an earlier check's verdict reused (checked_now says which); longest_prompt: in tokens
+  PromptDataset open_checked_dataset(const std::string& path, const std::string& key, bool& checked_now,
+                                     int64_t& longest_prompt);
+  std::string dataset_check_fingerprint() const;
+
   // tools and environments (trainer_agent.cpp)
   void start_agent();
   // reset(**row) of environment instance i for row i; the observation joins the row's last message
@@ -146,6 +161,12 @@ class Trainer {
   torch::Tensor entropy_mask_of(const torch::Tensor& entropies, const torch::Tensor& mask, int64_t generation_step,
                                 StepMetrics& metrics);
   StepMetrics finish_optimizer_step(std::vector<StepMetrics>& micro, std::vector<StepMetrics>& generations);
+  // a step the guard left out: counted, logged with the rows that produced it (collective)
+  void report_nonfinite_step(const std::vector<std::string>& sources, double grad_norm);
+  // "prompt 12 (data/x.jsonl:13)" for a row's prompt index (a replayed run: its group)
+  std::string prompt_name(int64_t dataset_row) const;
+  // a checkpoint never holds a NaN or an infinity: what this rank would write, checked (collective)
+  void check_checkpoint_finite(bool at_optimizer_boundary);
   void sync_reference_model();
   bool stop_for_signal();
 
@@ -211,10 +232,12 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_log_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard
   PromptDataset eval_dataset_;                      // eval.path (empty: no evaluation)
+  bool dataset_checked_now_ = false;                // data.path's rows checked by this start (not reused)
   std::vector<SampleRow> samples_;                  // rank 0: the latest generation's first rows
   ShardSpec shard_spec_;  // the whole generation batch of prompts; each rank takes its completions
   std::string config_hash_;
   LossSettings loss_settings_;
+  NonfiniteGuard guard_;
 
   // progress (what a checkpoint stores)
   int64_t optimizer_step_ = 0;           // completed optimizer steps
@@ -223,6 +246,9 @@ class Trainer {
   float step_loss_float32_ = 0.0f;       // this rank's loss summed over the step's micro-steps (transformers')
   std::string expected_generation_hash_;  // set by a mid-cycle restore: the stored generation's file hash
   int64_t last_saved_micro_step_ = -1;
+  int64_t nonfinite_steps_ = 0;           // optimizer steps the guard left out (train/nonfinite_steps)
+  int64_t nonfinite_in_a_row_ = 0;        // of them, in a row up to now
+  std::string last_checkpoint_;           // the newest whole checkpoint ("" = none yet)
   SegmentStart segment_;                  // where this segment of the run began (zeros for a fresh run)
 
   // asynchronous GRPO

@@ -46,6 +46,8 @@ struct TrainerState {
   int64_t num_prompts = 0;  // rows of data.path the run drew from (0: not recorded)
   SegmentStart segment;     // where the segment that took this checkpoint began
   AsyncState async;
+  int64_t nonfinite_steps = 0;     // optimizer steps the non-finite guard left out, in all
+  int64_t nonfinite_in_a_row = 0;  // of them, in a row up to this checkpoint
 
   bool mid_cycle() const { return iteration != 0 || micro_batch != 0; }
 

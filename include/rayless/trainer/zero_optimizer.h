@@ -60,7 +60,8 @@ class ZeroOptimizer final : public Optimizer {
                 int64_t max_steps, int zero_stage, int64_t bucket_size_mb);
 
   void after_backward() override;
-  double step(int64_t step) override;
+  double step(int64_t step, bool apply) override;
+  bool state_is_finite() const override;
   void collect_state() override;
   void write_state(const std::filesystem::path& path) override;
   void load_state(const std::filesystem::path& path) override;
