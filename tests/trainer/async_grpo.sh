@@ -180,7 +180,8 @@ PY
     line=$(grep -m1 -E "rayless: error: collective [a-zA-Z_ ()-]+ stalled on rank [01] " "$work/run1.log") ||
       { cat "$work/run1.log"; fail "no stall message from a training rank"; }
     echo "$line" | grep -qE "not arrived: (.*, )?rank $victim \(" || fail "the message does not name generation rank $victim: $line"
-    echo "$line" | grep -qE "not arrived: (.*, )?rank [01] \(" && fail "the message names a training rank that waited too: $line"
+    # it may name training rank 0 too: with the generator stopped during a weight push, rank 0 waits in
+    # that broadcast (its own collective with rank 2), so it has not arrived at rank 1's collective either
     echo "job ended ${ended} s after the SIGSTOP, exit $rc: $line"
     run 3 "$work/run" --resume auto || { cat "$work/run.log"; fail "resume after the stall"; }
     same_weights "$work/straight" "$work/run" "resume after a stalled generation rank"
