@@ -95,7 +95,10 @@ std::vector<ToolResult> ToolWorkers::run(const std::vector<ToolCall>& calls, con
     const auto it = by_tool_.find(calls[i].name);
     by_worker[it != by_tool_.end() ? it->second : workers_.front().get()].push_back(i);
   }
-  for (auto& [worker, indices] : by_worker) {
+  for (const auto& entry : by_worker) {
+    // named, not a structured binding: the lambda below captures `indices` (C++17 cannot capture a binding)
+    Worker* const worker = entry.first;
+    const std::vector<size_t>& indices = entry.second;
     std::vector<std::string> lines;
     for (size_t i : indices) {
       Json request{{"call", Json{{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};

@@ -41,6 +41,9 @@ add_test(NAME cli-docs-match-code COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_
 # the code points at a key (and each default the defaults test compares) is mapped to that key
 add_test(NAME cli-docs-from-trl COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/from_trl_mapping.py $<TARGET_FILE:rayless>
          ${CMAKE_SOURCE_DIR}/docs/from-trl.md)
+# no lambda uses a structured binding of its scope: gcc takes it, clang (the sanitizer build) refuses it
+add_test(NAME source-no-lambda-captured-bindings COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tools/check_lambda_bindings.py
+         ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR}/tools)
 # tools/README.md has a row for every file in tools/ and names none that has gone
 add_test(NAME tools-readme-lists-every-tool COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/tools_readme_lists_tools.py)
 set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-zero-stage-exit2

@@ -76,7 +76,7 @@ TEST_CASE("bfloat16_products: float32 products are the widened operands' float32
   CHECK((apart == 0).to(torch::kFloat64).mean().item<double>() >= 0.9);
 }
 
-TEST_CASE("bfloat16_products: linear with a bias adds it before the one rounding; float32 operands are untouched") {
+TEST_CASE("bfloat16_products: linear with a bias adds it before the one rounding, float32 operands are untouched") {
   const auto x = random_bfloat16({3, 5, 64}, 3), weight = random_bfloat16({40, 64}, 4), bias = random_bfloat16({40}, 5);
   BFloat16ProductsScope float32(BFloat16Products::float32);
   const auto y = rayless::ops::bfloat16_aware_linear(x, weight, bias);
@@ -115,7 +115,7 @@ TEST_CASE("bfloat16_products: under autocast, linear_as_autocast widens a float3
   CHECK(torch::equal(rayless::ops::linear_as_autocast(x, weight, torch::Tensor()), torch::linear(x, weight)));
 }
 
-TEST_CASE("bfloat16_products: train.bf16_products names the setting; auto follows the CPU's bfloat16 units") {
+TEST_CASE("bfloat16_products: train.bf16_products names the setting, auto follows the CPU's bfloat16 units") {
   CHECK(rayless::ops::bfloat16_products_for("bfloat16") == BFloat16Products::bfloat16);
   CHECK(rayless::ops::bfloat16_products_for("float32") == BFloat16Products::float32);
   CHECK(rayless::ops::bfloat16_products_for("auto") ==

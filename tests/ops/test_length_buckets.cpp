@@ -129,7 +129,7 @@ TEST_CASE("plan_length_buckets finds the cheapest cut of the sorted rows (agains
   }
 }
 
-TEST_CASE("plan_length_buckets: rows with nothing to compute join no bucket; the call cost sets the count") {
+TEST_CASE("plan_length_buckets: rows with nothing to compute join no bucket, the call cost sets the count") {
   const std::vector<int64_t> lengths = {0, 0, 3, 4, 120, 250, 256};
   const auto plan = plan_length_buckets(lengths, 16, 10, 2e5);
   REQUIRE(!plan.empty());

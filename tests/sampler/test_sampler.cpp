@@ -86,7 +86,7 @@ TEST_CASE("sampled log-probs equal a fresh forward of prompt + completion") {
   CHECK(out.entropies.max().item<double>() > 1.0);  // a random model is far from certain
 }
 
-TEST_CASE("completion mask ends after the first EOS; truncation flagged") {
+TEST_CASE("completion mask ends after the first EOS, truncation flagged") {
   CausalLM model = tiny_model();
   SamplingParams p;
   p.greedy = true;

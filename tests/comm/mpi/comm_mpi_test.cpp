@@ -46,7 +46,7 @@ TEST_CASE("runtime: ranks, node-local rank and threads") {
   if (!torch::cuda::is_available()) CHECK(rt.select_device(DeviceChoice::Auto) == torch::Device(torch::kCPU));
 }
 
-TEST_CASE("factory: auto picks mpi with several ranks, single with one; nccl needs a CUDA build") {
+TEST_CASE("factory: auto picks mpi with several ranks, single with one, nccl needs a CUDA build") {
   auto comm = make_communicator(runtime(), "auto", torch::kCPU);
   CHECK(comm->backend_name() == (runtime().size() > 1 ? "mpi" : "single"));
   CHECK(make_communicator(runtime(), "mpi", torch::kCPU)->backend_name() == "mpi");
