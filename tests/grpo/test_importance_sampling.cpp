@@ -46,7 +46,7 @@ TEST_CASE("token_truncate clips each token's ratio exp(old - sampling) to [C_min
   CHECK(is.masked == 0);
 }
 
-TEST_CASE("token_mask zeroes ratios outside the bounds; no C_min (TRL's None) keeps small ones") {
+TEST_CASE("token_mask zeroes ratios outside the bounds, no C_min (TRL's None) keeps small ones") {
   auto is = importance_sampling_ratio(old_logps(), sampling_logps(), kMask,
                                       settings(ImportanceSamplingMode::TokenMask, 0.5, 3.0));
   CHECK(is.ratio[0][0].item<double>() == 0.0);

@@ -64,7 +64,7 @@ TEST_CASE("rollouts to bytes and back: every tensor, its dtype and the optional 
   CHECK_THROWS_AS(rollouts_from_bytes(torch::zeros({64}, torch::kUInt8), "test"), RuntimeError);
 }
 
-TEST_CASE("join then slice gives each part back; offsets rebased") {
+TEST_CASE("join then slice gives each part back, offsets rebased") {
   const Rollouts a = sample(1, true), b = sample(2, true);
   const Rollouts joined = join_rollouts({a, b});
   CHECK(joined.size() == 6);

@@ -86,7 +86,7 @@ TEST_CASE("a stall names the ranks that never wrote a heartbeat, not those that 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("rank groups: call counts compare within a group; another group's rank is named only when silent") {
+TEST_CASE("rank groups: call counts compare within a group, another group's rank is named only when silent") {
   // world of 4 seen from rank 0 (group 0 with rank 1; ranks 2, 3 group 1, as asynchronous GRPO's
   // training and generation ranks): every other rank is behind in calls, ranks 1 and 2 write recent
   // heartbeats, rank 3 went quiet
