@@ -15,7 +15,7 @@ constexpr int64_t kMagic = 0x31534c52;  // "RLS1"
 std::vector<torch::Tensor*> fields(Rollouts& r) {
   return {&r.prompt_ids, &r.prompt_offsets, &r.completion_ids, &r.completion_offsets, &r.group_index,
           &r.rewards_per_func, &r.rewards, &r.advantages, &r.old_logps, &r.entropies, &r.completion_mask,
-          &r.ref_logps, &r.truncated, &r.sampling_logps};
+          &r.ref_logps, &r.truncated, &r.sampling_logps, &r.nonfinite_logits};
 }
 
 int64_t padded(int64_t bytes) { return (bytes + 7) / 8 * 8; }
@@ -134,6 +134,7 @@ Rollouts join_rollouts(const std::vector<Rollouts>& parts) {
   out.ref_logps = join(&Rollouts::ref_logps);
   out.truncated = join(&Rollouts::truncated);
   out.sampling_logps = join(&Rollouts::sampling_logps);
+  out.nonfinite_logits = join(&Rollouts::nonfinite_logits);
   out.validate("joined rollouts");
   return out;
 }
@@ -164,6 +165,7 @@ Rollouts slice_rollouts(const Rollouts& r, int64_t first, int64_t last) {
   out.ref_logps = tokens(r.ref_logps);
   out.truncated = rows(r.truncated);
   out.sampling_logps = tokens(r.sampling_logps);
+  out.nonfinite_logits = rows(r.nonfinite_logits);
   return out;
 }
 

@@ -553,6 +553,8 @@ Rollouts read_group(hid_t group, const std::string& where, RolloutAttrs* attrs_o
   r.ref_logps = read_tensor(group, "ref_logps", where, false);
   r.truncated = read_tensor(group, "truncated", where).to(torch::kBool);
   r.sampling_logps = read_tensor(group, "sampling_logps", where, false);
+  r.nonfinite_logits = read_tensor(group, "nonfinite_logits", where, false);
+  if (r.nonfinite_logits.defined()) r.nonfinite_logits = r.nonfinite_logits.to(torch::kBool);
   r.policy_version = reader.policy_version;
   r.tool_mask = read_tensor(group, "tool_mask", where, false);
   if (r.tool_mask.defined()) r.tool_mask = r.tool_mask.to(torch::kBool);
@@ -621,6 +623,8 @@ void Rollouts::validate(const std::string& where) const {
              ": rewards_per_func must be [N = ", n, ", K]");
   for (const auto& [tensor, name] : {std::pair{&rewards, "rewards"}, {&advantages, "advantages"}, {&truncated, "truncated"}})
     inputCheck(tensor->defined() && tensor->dim() == 1 && tensor->size(0) == n, where, ": ", name, " must be [N = ", n, "]");
+  inputCheck(!nonfinite_logits.defined() || (nonfinite_logits.dim() == 1 && nonfinite_logits.size(0) == n), where,
+             ": nonfinite_logits must be [N = ", n, "]");
   inputCheck(completion_mask.defined() && completion_mask.dim() == 1 && completion_mask.size(0) == t, where,
              ": completion_mask must be [T = ", t, "] like completion_ids");
   inputCheck(conversations.empty() || static_cast<int64_t>(conversations.size()) == n, where,
@@ -664,6 +668,7 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
     if (r.ref_logps.defined()) write_tensor(group, "ref_logps", r.ref_logps);
     if (r.sampling_logps.defined()) write_tensor(group, "sampling_logps", r.sampling_logps);
     write_tensor(group, "truncated", r.truncated.to(torch::kUInt8));
+    if (r.nonfinite_logits.defined()) write_tensor(group, "nonfinite_logits", r.nonfinite_logits.to(torch::kUInt8));
     if (r.policy_version >= 0) write_attr(group, "policy_version", r.policy_version);
     if (r.tool_mask.defined()) write_tensor(group, "tool_mask", r.tool_mask.to(torch::kUInt8));
     if (!r.conversations.empty()) write_strings(group, "conversations", r.conversations);

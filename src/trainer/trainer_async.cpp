@@ -155,6 +155,10 @@ void Trainer::generate_share(int64_t generation_step) {
     rows.sampling_logps = drawn[i].sampled.logprobs.to(logp_dtype_);
     RolloutExtras extras{rewards[i], all.rewards.slice(0, pieces[i].first, pieces[i].last), drawn[i].sampled.entropies, {}, {}};
     parts.push_back(pack_rollouts(rows, j, extras));
+    // the training ranks' non-finite guard needs them: they do not sample
+    parts.back().nonfinite_logits = drawn[i].sampled.nonfinite.defined()
+                                        ? drawn[i].sampled.nonfinite.to(torch::kCPU, torch::kBool)
+                                        : torch::zeros({rows.size()}, torch::kBool);
   }
   Rollouts share = join_rollouts(parts);
   share.step = generation_step;
@@ -206,6 +210,7 @@ Trainer::Drawn Trainer::draw_received(int64_t generation_step, const Rollouts& m
   rows.policy_version = mine.policy_version;
   drawn.sampled.logprobs = received.sampling_logps;
   drawn.sampled.entropies = padded_rows(mine.entropies, mine.completion_offsets, width, 0.0);
+  if (mine.nonfinite_logits.defined()) drawn.sampled.nonfinite = mine.nonfinite_logits;
   drawn.sampled_elsewhere = true;
   if (comm_->rank() == 0 && cfg_.log.num_completions_to_print > 0)  // the sample table's texts
     for (int64_t i = 0; i < n; ++i) {

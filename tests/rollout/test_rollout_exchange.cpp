@@ -29,6 +29,7 @@ Rollouts sample(int seed, bool optional_tensors) {
     r.sampling_logps = torch::randn({6}, torch::kFloat32);
     r.entropies = torch::rand({6}, torch::kFloat32);
     r.old_logps = torch::randn({6}, torch::kFloat64);
+    r.nonfinite_logits = torch::tensor({0, 0, 1}, torch::kBool);
   }
   return r;
 }
@@ -39,7 +40,8 @@ void check_same(const Rollouts& a, const Rollouts& b) {
   for (auto member : {&Rollouts::prompt_ids, &Rollouts::prompt_offsets, &Rollouts::completion_ids,
                       &Rollouts::completion_offsets, &Rollouts::group_index, &Rollouts::rewards_per_func,
                       &Rollouts::rewards, &Rollouts::advantages, &Rollouts::old_logps, &Rollouts::entropies,
-                      &Rollouts::completion_mask, &Rollouts::ref_logps, &Rollouts::truncated, &Rollouts::sampling_logps}) {
+                      &Rollouts::completion_mask, &Rollouts::ref_logps, &Rollouts::truncated, &Rollouts::sampling_logps,
+                      &Rollouts::nonfinite_logits}) {
     REQUIRE((a.*member).defined() == (b.*member).defined());
     if ((a.*member).defined()) {
       CHECK((a.*member).scalar_type() == (b.*member).scalar_type());
