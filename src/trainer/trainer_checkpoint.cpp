@@ -63,12 +63,15 @@ void Trainer::check_checkpoint_finite(bool at_optimizer_boundary) {
     if (bad.empty() && t.defined() && !torch::isfinite(t).all().item<bool>()) bad = what;
   };
   for (const auto& item : policy_->named_parameters()) check(item.value(), "the model's " + item.key());
-  if (cfg_.grpo.sync_ref_model)
-    for (const auto& item : reference_->named_parameters()) check(item.value(), "the reference model's " + item.key());
-  if (bad.empty() && !optimizer_->state_is_finite()) bad = str("the AdamW state of rank ", runtime_.rank());
-  if (!at_optimizer_boundary)
-    for (const torch::Tensor& g : optimizer_->accumulated_gradients()) check(g, str("the accumulated gradients of rank ", runtime_.rank()));
-  const bool any_bad = global_max(*comm_, bad.empty() ? 0.0 : 1.0) > 0;
+  if (!generates_) {  // a generation rank holds no reference model, optimizer or gradients
+    if (cfg_.grpo.sync_ref_model)
+      for (const auto& item : reference_->named_parameters()) check(item.value(), "the reference model's " + item.key());
+    if (bad.empty() && !optimizer_->state_is_finite()) bad = str("the AdamW state of rank ", runtime_.rank());
+    if (!at_optimizer_boundary)
+      for (const torch::Tensor& g : optimizer_->accumulated_gradients()) check(g, str("the accumulated gradients of rank ", runtime_.rank()));
+  }
+  // over every rank, as the checkpoint itself is written: generation ranks write their part of it too
+  const bool any_bad = global_max(*world_, bad.empty() ? 0.0 : 1.0) > 0;
   if (!any_bad) return;
   throw NonfiniteError(str("checkpoint at step ", optimizer_step_, " (micro-step ", micro_step_, ") not written: ",
                            bad.empty() ? std::string("a tensor another rank holds") : bad,
