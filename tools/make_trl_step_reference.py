@@ -161,14 +161,27 @@ LENGTH = {"functions": ["length"], "length_target": 5}
 CASES: dict[str, dict] = {}
 
 
-def case(name, description, rewards=LENGTH, num_processes=1, tokenizer_file=None, agent=None, **grpo):
+# Settings of FIXED a case may change: the correction of completions another engine sampled
+SAMPLING_CORRECTION = ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                       "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+                       "off_policy_mask_threshold")
+
+
+def case(name, description, rewards=LENGTH, num_processes=1, tokenizer_file=None, agent=None,
+         rollout_logprobs=None, correction=None, **grpo):
+    """rollout_logprobs: None, or the standard deviation of the noise added to the model's own log-probs to make
+    the sampler log-probs a rollout_func returns (see rollout_logprobs()); correction: FIXED's
+    SAMPLING_CORRECTION settings for the case (such a case needs rollout_logprobs)."""
     assert name not in CASES, name
     unknown = set(grpo) - set(BASE)
     assert not unknown, f"{name}: unknown settings {unknown}"
     assert tokenizer_file in (None, BOS_TOKENIZER_FILE), tokenizer_file
     assert agent in (None, "tools", "environment"), agent
+    assert not set(correction or {}) - set(SAMPLING_CORRECTION), correction
+    assert correction is None or rollout_logprobs is not None, name
     CASES[name] = dict(description=description, rewards=rewards, num_processes=num_processes, grpo=grpo,
-                       tokenizer_file=tokenizer_file, agent=agent)
+                       tokenizer_file=tokenizer_file, agent=agent, rollout_logprobs=rollout_logprobs,
+                       correction=correction or {})
 
 
 # 1. every loss type, mu = 1, one process
@@ -249,7 +262,42 @@ case("bos_prompts", "dapo, mu=1, 1 process, with tokenizer-bos.json as the proce
      "tokenizer plus a TemplateProcessing post-processor that prepends <|bos|> (257) to every prompt",
      tokenizer_file=BOS_TOKENIZER_FILE, loss_type="dapo")
 
-# 12. tool calling (TRL's tools=[...]) and an environment (environment_factory): conversational prompts on
+# 12. completions from another engine: TRL's rollout_func returns them with the sampler's log-probs (the model's
+# own, plus seeded noise, rounded to float32 as TRL holds them), which TRL's importance-sampling correction
+# (vllm_importance_sampling_*: TRL applies it when generating with vLLM; see run_case) and off-policy mask
+# (off_policy_mask_threshold) measure against the trainer's log-probs
+case("is_token_truncate", "rollout_func log-probs (noise 0.6), token_truncate IS with C in [0.5, 2.0], dapo, mu=1",
+     rollout_logprobs=0.6, correction=dict(vllm_importance_sampling_correction=True,
+                                           vllm_importance_sampling_mode="token_truncate",
+                                           vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_clip_max=2.0))
+case("is_token_mask", "rollout_func log-probs (noise 0.6), token_mask IS with C in [0.5, 3.0], grpo loss, mu=1",
+     loss_type="grpo", rollout_logprobs=0.6,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_mask",
+                     vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_clip_max=3.0))
+case("is_sequence_truncate", "rollout_func log-probs (noise 0.3), sequence_truncate IS with TRL's caps (C_max 3, no "
+     "C_min), dapo, mu=1", rollout_logprobs=0.3,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="sequence_truncate",
+                     vllm_importance_sampling_clip_min=None, vllm_importance_sampling_clip_max=3.0))
+case("is_sequence_mask_mu2", "rollout_func log-probs (noise 0.3), sequence_mask IS (TRL's default mode) with C in "
+     "[0.7, 1.5] so that both bounds mask, dapo, num_iterations 2, steps_per_generation 2, GA 2", rollout_logprobs=0.3,
+     per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2,
+     learning_rate=5e-2,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="sequence_mask",
+                     vllm_importance_sampling_clip_min=0.7, vllm_importance_sampling_clip_max=1.5))
+case("is_opsm", "rollout_func log-probs (noise 0.6), token_truncate IS (C_max 3) and off_policy_mask_threshold 0.1, "
+     "grpo loss, mu=1", loss_type="grpo", rollout_logprobs=0.6,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
+                     vllm_importance_sampling_clip_min=None, vllm_importance_sampling_clip_max=3.0,
+                     off_policy_mask_threshold=0.1))
+case("opsm_without_is", "rollout_func log-probs (noise 0.6), no IS correction, off_policy_mask_threshold 0.1 "
+     "against the sampler's log-probs, dapo, mu=1", rollout_logprobs=0.6,
+     correction=dict(vllm_importance_sampling_correction=False, off_policy_mask_threshold=0.1))
+case("dp2_is_token_truncate", "2 processes, rollout_func log-probs (noise 0.6), token_truncate IS with C in [0.5, "
+     "2.0] (its metrics gathered over processes), dapo, per_device 4", num_processes=2, per_device_train_batch_size=4,
+     rollout_logprobs=0.6, correction=dict(vllm_importance_sampling_correction=True,
+                                           vllm_importance_sampling_mode="token_truncate",
+                                           vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_clip_max=2.0))
+# 13. tool calling (TRL's tools=[...]) and an environment (environment_factory): conversational prompts on
 # the model of tests/data/agent/model (Qwen2.5's tool-calling template), scripted model turns; TRL runs the
 # tools of tools/agent_workers/, appends their results through the template and masks them (tool_mask)
 CALC = {"functions": ["answer", "length"], "length_target": 60, "answer_field": "answer"}
@@ -341,9 +389,11 @@ def numeric_answer(completion: str, expected: str) -> float:
     return 1.0 if abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b)) else 0.0
 
 
-def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = None, agent: str | None = None) -> list[str]:
+def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = None, agent: str | None = None,
+                      correction: dict | None = None) -> list[str]:
     """`--set` strings giving rayless the settings of the TRL run. A case with its own tokenizer file has no
-    tokenizer.path here: the replay sets it to the absolute path of case.json's tokenizer_file."""
+    tokenizer.path here: the replay sets it to the absolute path of case.json's tokenizer_file. A case with
+    sampler log-probs gets the GRPOConfig's correction settings, `correction` (TRL's None = rayless's 0.0)."""
 
     def toml(v):
         if isinstance(v, bool):
@@ -413,6 +463,12 @@ def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = No
         out["reward.length_unit"] = "tokens"
     if "format" in rewards["functions"]:
         out["reward.format_pattern"] = rewards["format_pattern"]
+    if correction:
+        settings = correction
+        out["grpo.vllm_importance_sampling_correction"] = settings["vllm_importance_sampling_correction"]
+        out["grpo.vllm_importance_sampling_mode"] = settings["vllm_importance_sampling_mode"]
+        for key in ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min", "off_policy_mask_threshold"):
+            out["grpo." + key] = float(settings[key] or 0.0)
     if "answer" in rewards["functions"]:
         out["reward.answer_field"] = rewards["answer_field"]
         out["reward.answer_mode"] = "numeric"
@@ -506,6 +562,32 @@ def draw_completion(rng: random.Random, max_len: int, char_ids: dict) -> tuple[s
         chars[k], chars[k + 1] = rng.choice(VOWELS), rng.choice(VOWELS)
     ids = [char_ids[c] for c in chars] + ([] if truncated else [EOS_ID])
     return "".join(chars), ids
+
+
+def rollout_logprobs(case_name: str, generation: int, rank: int, model, prompt_ids, completion_ids, temperature,
+                     sigma: float) -> list[list[float]]:
+    """The log-probs a rollout_func reports for its completions: the model's own (log-softmax of the logits
+    divided by the temperature, each row alone, no padding) plus Gaussian noise of deviation sigma drawn from
+    a seeded RNG per (case, generation, process, row), rounded to float32 (TRL builds a float32 tensor of them)."""
+    import numpy as np
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for row, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+            ids = torch.tensor([list(p) + list(c)])
+            logits = model(input_ids=ids).logits[0, len(p) - 1:-1].to(torch.float64) / temperature
+            own = logits.log_softmax(-1).gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1).tolist()
+            rng = random.Random(_seed("trl-steps-logprobs", case_name, generation, rank, row))
+            out.append([float(np.float32(v + rng.gauss(0.0, sigma))) for v in own])
+    return out
+
+
+class NoWeightSync:
+    """What the trainer's vLLM backend is asked for on the rollout_func path: its weight sync (nothing to sync)."""
+
+    def sync_weights(self):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -637,6 +719,7 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
 
     tmp = Path(tempfile.mkdtemp(prefix=f"trl-steps-{name}-"))
     fixed = dict(FIXED, model_init_kwargs={"dtype": torch.float64})  # create_model_from_path wants the dtype object
+    fixed.update(spec["correction"])
     args = GRPOConfig(output_dir=str(tmp / "out"), **grpo, **fixed)
     rank = args.process_index
     world = args.world_size
@@ -710,6 +793,15 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         return out
 
     GRPOTrainer._generate = recorded_generate
+
+    def injected_rollout_func(prompts, trainer):
+        # the same completions as the single-turn injection, returned by TRL's rollout_func with log-probs
+        prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
+        completion_ids, _ = injected_single_turn(trainer, prompt_ids, None, None, trainer.num_generations)
+        logprobs = rollout_logprobs(name, state["generation"], rank, trainer.model, prompt_ids, completion_ids,
+                                    trainer.temperature, spec["rollout_logprobs"])
+        state["current"]["logprobs"] = logprobs
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
 
     original_rewards = GRPOTrainer._calculate_rewards
 
@@ -791,8 +883,16 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         train_dataset=dataset,
         processing_class=processing_class,
         callbacks=[CaptureWeights()],
+        rollout_func=injected_rollout_func if spec["rollout_logprobs"] is not None else None,
         **agent_kwargs,
     )
+    if spec["rollout_logprobs"] is not None:
+        # TRL applies its importance-sampling correction when it generates with vLLM (use_vllm); vLLM does not
+        # run here, so the trainer is told it does after construction, with a weight sync that does nothing: the
+        # completions and their log-probs come from rollout_func, and everything after is TRL's own code
+        trainer.use_vllm = True
+        trainer.vllm_generation = NoWeightSync()
+        trainer._last_loaded_step = -1
     assert trainer.model.dtype == torch.float64
     if processing_class is not None:
         assert trainer.processing_class is processing_class
@@ -816,6 +916,12 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     grpo_config = {k: grpo[k] for k in BASE}
     grpo_config.update(FIXED)
+    if spec["correction"]:
+        grpo_config.update({k: getattr(args, k) for k in SAMPLING_CORRECTION})
+    if spec["rollout_logprobs"] is not None:
+        grpo_config["use_vllm"] = "set on the trainer after construction (see tools/make_trl_step_reference.py)"
+        grpo_config["rollout_func"] = "completions and their log-probs (model's own + noise)"
+        grpo_config["rollout_logprobs_noise"] = spec["rollout_logprobs"]
     grpo_config["steps_per_generation_resolved"] = args.steps_per_generation
     grpo_config["generation_batch_size_resolved"] = args.generation_batch_size
     case_json = {
@@ -834,7 +940,8 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         "eos_token_ids": list(trainer.eos_token_ids),
         "pad_token_id": trainer._tokenizer.pad_token_id,
         "grpo_config": grpo_config,
-        "rayless_overrides": rayless_overrides(grpo, rewards_spec, spec["tokenizer_file"], agent),
+        "rayless_overrides": rayless_overrides(grpo, rewards_spec, spec["tokenizer_file"], agent,
+                                               {k: getattr(args, k) for k in SAMPLING_CORRECTION} if spec["correction"] else None),
         "rewards": {
             "functions": rewards_spec["functions"],
             "reward_weights": grpo["reward_weights"],
@@ -851,6 +958,8 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         for r in all_records:
             line = {k: r[k] for k in ("step", "rank", "prompt_ids", "prompts", "rows", "completion_ids", "shuffle",
                                       "rewards_per_func", "advantages", "completions")}
+            if "logprobs" in r:
+                line["logprobs"] = r["logprobs"]
             if agent:
                 line.update(completion_turns=r["completion_turns"], trl_tool_mask=r["trl_tool_mask"])
             f.write(json.dumps(line, sort_keys=False) + "\n")

@@ -391,6 +391,13 @@ void add_grpo_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("grpo.ref_model_mixup_alpha", REF(grpo.ref_model_mixup_alpha), 0.0, 1.0, "ref = alpha * policy + (1 - alpha) * ref at each sync"));
   f.push_back(int_field("grpo.ref_model_sync_steps", REF(grpo.ref_model_sync_steps), 1, kNoMax, "optimizer steps between reference syncs"));
   f.push_back(int_field("grpo.logprob_chunk_size", REF(grpo.logprob_chunk_size), 1, kNoMax, "positions per LM-head chunk in the fused log-prob path"));
+  f.push_back(int_field("grpo.async_lag", REF(grpo.async_lag), 0, kNoMax, "with generation ranks: generation g is sampled by the policy trained up to the start of generation g - async_lag (the first async_lag by the initial policy); 0 = on-policy"));
+  f.push_back(int_field("grpo.weight_sync_steps", REF(grpo.weight_sync_steps), 1, kNoMax, "with generation ranks: new weights go to them after every N optimizer steps (at the next generation boundary)"));
+  f.push_back(bool_field("grpo.vllm_importance_sampling_correction", REF(grpo.vllm_importance_sampling_correction), "weigh the loss by the importance ratio of the trainer's old log-probs to the sampling log-probs when completions come from another engine: generation ranks, or a replay file with logprobs (TRL: with vLLM)"));
+  f.push_back(choice_field<ImportanceSamplingMode>("grpo.vllm_importance_sampling_mode", REF(grpo.vllm_importance_sampling_mode), "the importance ratio per token or per sequence, clipped to [clip_min, clip_max] (truncate) or zeroed outside it (mask)"));
+  f.push_back(float_field("grpo.vllm_importance_sampling_clip_max", REF(grpo.vllm_importance_sampling_clip_max), 0.0, kInf, "C_max of the importance ratio (0 = no upper bound, TRL's None)"));
+  f.push_back(float_field("grpo.vllm_importance_sampling_clip_min", REF(grpo.vllm_importance_sampling_clip_min), 0.0, kInf, "C_min of the importance ratio (0 = no lower bound, TRL's None)"));
+  f.push_back(float_field("grpo.off_policy_mask_threshold", REF(grpo.off_policy_mask_threshold), 0.0, kInf, "drop completions with a negative advantage whose mean per-token log-ratio of sampling to current policy exceeds this (DeepSeek-V3.2's off-policy sequence mask; 0 = off, TRL's None)"));
 }
 
 void add_training_fields(std::vector<ConfigField>& f) {
@@ -437,6 +444,8 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = the cores the rank is bound to by Slurm or mpirun; unbound: cores on the node / ranks on the node)"));
   f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 0, kNoMax, "gradient allreduce bucket size in MiB (0: 4 on MPI, 25 on NCCL)"));
   f.push_back(int_field("distributed.zero_stage", REF(distributed.zero_stage), 0, 2, "ZeRO: 0 = every rank holds all gradients and AdamW state; 1 = AdamW moments sharded across ranks; 2 = gradients sharded too (stage 3, sharded parameters, is not implemented)"));
+  f.push_back(int_field("distributed.generation_ranks", REF(distributed.generation_ranks), 0, kNoMax, "asynchronous GRPO: the last K ranks only generate and score, the others only train (0 = every rank does both)"));
+  f.push_back(choice_field<WeightSyncDtype>("distributed.weight_sync_dtype", REF(distributed.weight_sync_dtype), "weights sent to the generation ranks in the model's dtype (exact) or in bfloat16 (half the bytes; the generators then sample from rounded weights, which the importance-sampling correction sees)"));
   // [lora]
   f.push_back(bool_field("lora.enabled", REF(lora.enabled), "train LoRA adapters instead of the whole model (PEFT's LoraConfig; the base stays frozen, the reference model for beta > 0 is the base with adapters off)"));
   f.push_back(int_field("lora.r", REF(lora.r), 1, kNoMax, "adapter rank (PEFT: r)"));
@@ -539,7 +548,8 @@ const std::map<std::string, std::string>& trl_names() {
       {"shuffle_dataset", "data.shuffle"}, {"save_total_limit", "checkpoint.keep_last"},
       {"num_generations_eval", "eval.num_generations"}, {"use_cpu", "model.device"},
       {"ddp_backend", "distributed.backend"}, {"ddp_timeout", "distributed.collective_timeout_s"},
-      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"}};
+      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"},
+      {"vllm_importance_sampling_cap", "grpo.vllm_importance_sampling_clip_max"}};
   return names;
 }
 
@@ -864,25 +874,73 @@ std::vector<CrossFieldRule> other_rules() {
          if (c.grpo.epsilon < 1.0 || c.grpo.loss_type == LossType::Cispo) return "";
          return str("grpo.epsilon = ", c.grpo.epsilon, " makes the lower clip bound 1 - epsilon <= 0: use < 1");
        }},
-      {"at start, with the number of ranks known: `grpo.generation_batch_size` is a multiple of "
-       "`train.per_device_train_batch_size` x ranks", true,
-       [](const Config& c, int64_t world_size) -> std::string {
-         const int64_t global_batch = c.train.per_device_train_batch_size * world_size;
-         if (c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0) return "";
-         return str("grpo.generation_batch_size = ", c.grpo.generation_batch_size,
-                    " must be a multiple of train.per_device_train_batch_size x ranks = ",
-                    c.train.per_device_train_batch_size, " x ", world_size, " = ", global_batch);
+      {"`grpo.async_lag > 0` and `grpo.weight_sync_steps > 1` need `distributed.generation_ranks > 0` (with every "
+       "rank generating from its own copy of the policy there is nothing to lag behind)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks > 0) return "";
+         if (c.grpo.async_lag > 0)
+           return str("grpo.async_lag = ", c.grpo.async_lag,
+                      " needs distributed.generation_ranks > 0: without generation ranks every rank samples from the "
+                      "policy it trains, so there is no lag to set");
+         if (c.grpo.weight_sync_steps > 1)
+           return str("grpo.weight_sync_steps = ", c.grpo.weight_sync_steps,
+                      " needs distributed.generation_ranks > 0: without generation ranks no weights are sent");
+         return "";
        }},
-      {"at start, with the number of ranks known: the generation batch of all ranks "
-       "(`train.per_device_train_batch_size` x ranks x steps per generation) is a multiple of "
+      {"`[tools.NAME]` and `[environment]` exclude `distributed.generation_ranks > 0` (the generation ranks do not run the "
+       "tool loop yet)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks == 0 || !c.agentic()) return "";
+         return "tools and environments ([tools.NAME], [environment]) cannot be used with distributed.generation_ranks > 0 "
+                "yet: the generation ranks sample single-turn completions";
+       }},
+      {"`train.replay_rollouts` excludes `distributed.generation_ranks > 0` (replayed completions are not generated)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks == 0 || c.train.replay_rollouts.empty()) return "";
+         return "train.replay_rollouts cannot be used with distributed.generation_ranks > 0: replayed completions are "
+                "read from the file, there is nothing for generation ranks to do";
+       }},
+      {"at start, with the number of ranks known: `distributed.generation_ranks` leaves at least one rank to train",
+       true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         if (c.training_ranks(world_size) >= 1) return "";
+         return str("distributed.generation_ranks = ", c.distributed.generation_ranks, " with ", world_size,
+                    " rank(s) leaves no rank to train: use fewer than ", world_size, " generation ranks");
+       }},
+      {"at start, with the number of ranks known: `grpo.generation_batch_size` is a multiple of "
+       "`train.per_device_train_batch_size` x training ranks (all ranks but the generation ranks)", true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         const int64_t ranks = c.training_ranks(world_size);
+         const int64_t global_batch = c.train.per_device_train_batch_size * ranks;
+         if (ranks < 1 || c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0) return "";
+         return str("grpo.generation_batch_size = ", c.grpo.generation_batch_size,
+                    " must be a multiple of train.per_device_train_batch_size x training ranks = ",
+                    c.train.per_device_train_batch_size, " x ", ranks, " = ", global_batch);
+       }},
+      {"at start, with the number of ranks known: the generation batch of all training ranks "
+       "(`train.per_device_train_batch_size` x training ranks x steps per generation) is a multiple of "
        "`grpo.num_generations`, as TRL asks; a group may span ranks", true,
        [](const Config& c, int64_t world_size) -> std::string {
-         const int64_t generation_batch = c.global_generation_batch(world_size);
+         const int64_t ranks = c.training_ranks(world_size);
+         if (ranks < 1) return "";
+         const int64_t generation_batch = c.global_generation_batch(ranks);
          if (generation_batch % c.grpo.num_generations == 0) return "";
          return str("the generation batch (train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
-                    " x ", world_size, " ranks x steps_per_generation ", c.effective_steps_per_generation(world_size),
+                    " x ", ranks, " training ranks x steps_per_generation ", c.effective_steps_per_generation(ranks),
                     " = ", generation_batch, " completions) must be a multiple of grpo.num_generations = ",
                     c.grpo.num_generations);
+       }},
+      {"at start, with the number of ranks known: each generation rank has at least one completion of a "
+       "generation to sample", true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         // a training rank's slice is shared by at most ceil(K / training ranks) generation ranks
+         const int64_t ranks = c.training_ranks(world_size), generators = c.distributed.generation_ranks;
+         if (ranks < 1 || generators == 0) return "";
+         const int64_t per_rank = c.global_generation_batch(ranks) / ranks, sharing = (generators + ranks - 1) / ranks;
+         if (per_rank >= sharing) return "";
+         return str("distributed.generation_ranks = ", generators, " with ", ranks, " training rank(s): up to ", sharing,
+                    " generation ranks share one training rank's ", per_rank,
+                    " completions of a generation; use fewer generation ranks or more completions per rank");
        }},
   };
 }

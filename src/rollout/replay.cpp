@@ -1,6 +1,7 @@
 #include "rayless/rollout/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "rayless/base/error.h"
@@ -97,6 +98,25 @@ ReplaySource::ReplaySource(const std::string& path) : path_(path) {
         g.shuffle.push_back(v.get<int64_t>());
       }
     }
+    if (j.contains("logprobs")) {
+      const auto& lp = j["logprobs"];
+      inputCheck(lp.is_array() && lp.size() == n, where, ": \"logprobs\" must list ", n, " rows of log-probs");
+      for (size_t i = 0; i < n; ++i) {
+        inputCheck(lp[i].is_array() && lp[i].size() == g.completion_ids[i].size(), where, ": \"logprobs\" row ", i,
+                   " must have one value per completion token (", g.completion_ids[i].size(), ")");
+        std::vector<double> row;
+        for (const auto& v : lp[i]) {
+          inputCheck(v.is_null() || v.is_number(), where, ": \"logprobs\" row ", i, " holds ", v.dump(),
+                     ", not a number or null");
+          row.push_back(v.is_null() ? std::nan("") : v.get<double>());
+        }
+        g.logprobs.push_back(std::move(row));
+      }
+    }
+    inputCheck(generations_.empty() || has_logprobs_ == !g.logprobs.empty(), where, ": ",
+               g.logprobs.empty() ? "no \"logprobs\", but earlier lines have them" : "\"logprobs\", but earlier lines have none",
+               ": give them on every line or on none");
+    has_logprobs_ = !g.logprobs.empty();
     const auto key = std::make_pair(j["step"].get<int64_t>(), j["rank"].get<int64_t>());
     inputCheck(!generations_.count(key), where, ": step ", key.first, " rank ", key.second, " appears twice");
     generations_.emplace(key, std::move(g));

@@ -476,7 +476,7 @@ std::vector<double> read_number_attr(hid_t attr, const std::string& where, const
 struct AttrReader {
   std::string where;
   RolloutAttrs* attrs = nullptr;
-  int64_t step = -1, rank = -1, schema = -1;
+  int64_t step = -1, rank = -1, schema = -1, policy_version = -1;
   std::exception_ptr error;  // thrown while visiting: carried past HDF5's C frames, rethrown after
 };
 
@@ -519,6 +519,7 @@ void visit_attr_or_throw(hid_t object, const char* name_c, AttrReader* reader) {
     else if (name == "step") reader->step = static_cast<int64_t>(first);
     else if (name == "rank") reader->rank = static_cast<int64_t>(first);
     else if (name == "schema_version") reader->schema = static_cast<int64_t>(first);
+    else if (name == "policy_version") reader->policy_version = static_cast<int64_t>(first);
     else a.numbers[name] = first;
   }
 }
@@ -551,6 +552,10 @@ Rollouts read_group(hid_t group, const std::string& where, RolloutAttrs* attrs_o
   r.completion_mask = read_tensor(group, "completion_mask", where).to(torch::kBool);
   r.ref_logps = read_tensor(group, "ref_logps", where, false);
   r.truncated = read_tensor(group, "truncated", where).to(torch::kBool);
+  r.sampling_logps = read_tensor(group, "sampling_logps", where, false);
+  r.nonfinite_logits = read_tensor(group, "nonfinite_logits", where, false);
+  if (r.nonfinite_logits.defined()) r.nonfinite_logits = r.nonfinite_logits.to(torch::kBool);
+  r.policy_version = reader.policy_version;
   r.tool_mask = read_tensor(group, "tool_mask", where, false);
   if (r.tool_mask.defined()) r.tool_mask = r.tool_mask.to(torch::kBool);
   r.conversations = read_strings(group, "conversations", where);
@@ -618,12 +623,15 @@ void Rollouts::validate(const std::string& where) const {
              ": rewards_per_func must be [N = ", n, ", K]");
   for (const auto& [tensor, name] : {std::pair{&rewards, "rewards"}, {&advantages, "advantages"}, {&truncated, "truncated"}})
     inputCheck(tensor->defined() && tensor->dim() == 1 && tensor->size(0) == n, where, ": ", name, " must be [N = ", n, "]");
+  inputCheck(!nonfinite_logits.defined() || (nonfinite_logits.dim() == 1 && nonfinite_logits.size(0) == n), where,
+             ": nonfinite_logits must be [N = ", n, "]");
   inputCheck(completion_mask.defined() && completion_mask.dim() == 1 && completion_mask.size(0) == t, where,
              ": completion_mask must be [T = ", t, "] like completion_ids");
   inputCheck(conversations.empty() || static_cast<int64_t>(conversations.size()) == n, where,
              ": conversations must have N = ", n, " entries");
-  for (const auto& [tensor, name] :
-       {std::pair{&old_logps, "old_logps"}, {&entropies, "entropies"}, {&ref_logps, "ref_logps"}, {&tool_mask, "tool_mask"}})
+  for (const auto& [tensor, name] : {std::pair{&old_logps, "old_logps"}, {&entropies, "entropies"},
+                                      {&ref_logps, "ref_logps"}, {&sampling_logps, "sampling_logps"},
+                                      {&tool_mask, "tool_mask"}})
     inputCheck(!tensor->defined() || (tensor->dim() == 1 && tensor->size(0) == t), where, ": ", name,
                " must be [T = ", t, "] like completion_ids");
 }
@@ -658,7 +666,10 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
     if (r.entropies.defined()) write_tensor(group, "entropies", r.entropies);
     write_tensor(group, "completion_mask", r.completion_mask.to(torch::kUInt8));
     if (r.ref_logps.defined()) write_tensor(group, "ref_logps", r.ref_logps);
+    if (r.sampling_logps.defined()) write_tensor(group, "sampling_logps", r.sampling_logps);
     write_tensor(group, "truncated", r.truncated.to(torch::kUInt8));
+    if (r.nonfinite_logits.defined()) write_tensor(group, "nonfinite_logits", r.nonfinite_logits.to(torch::kUInt8));
+    if (r.policy_version >= 0) write_attr(group, "policy_version", r.policy_version);
     if (r.tool_mask.defined()) write_tensor(group, "tool_mask", r.tool_mask.to(torch::kUInt8));
     if (!r.conversations.empty()) write_strings(group, "conversations", r.conversations);
     write_attr(group, "schema_version", kRolloutSchemaVersion);

@@ -35,7 +35,7 @@ bool Trainer::eval_due() const {
 }
 
 StepMetrics Trainer::evaluate() {
-  const int rank = runtime_.rank(), world = runtime_.size();
+  const int rank = comm_->rank(), world = comm_->size();
   const int64_t G = cfg_.eval.num_generations;
   // prompt i goes to rank i % world: every rank gets its share, even when the set is small
   Drawn drawn;

@@ -5,7 +5,7 @@
   `[reward.workers.NAME]` / `[reward.models.NAME]` / `[tools.NAME]` tables) is one the config table has, and every
   `key = value` it shows is accepted by `rayless config check --skip-paths` (its files are examples);
 - every TOML example in it passes `rayless config check --skip-paths`;
-- every GRPOConfig field whose default rayless reproduces (defaults_match_trl.py's SHARED, the 44
+- every GRPOConfig field whose default rayless reproduces (defaults_match_trl.py's SHARED, the 49
   fields of tests/data/grpo_config_defaults.json) has its row, naming the same rayless key;
 - every TRL name the code points at a rayless key (trl_names(): the hint "TRL's X is KEY here" of
   `rayless config check`, listed by `rayless config reference`) has its row, mapping it to that key, so

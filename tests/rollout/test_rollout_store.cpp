@@ -47,6 +47,7 @@ Rollouts make_rollouts(int64_t step, int64_t rank, int64_t groups = 3, int64_t g
   r.completion_mask = torch::rand({t}) > 0.2;
   if (with_ref) r.ref_logps = -torch::rand({t}, float_type) * 5;
   r.truncated = torch::rand({n}) > 0.5;
+  if (with_ref) r.nonfinite_logits = torch::rand({n}) > 0.8;  // optional, as ref_logps
   return r;
 }
 
@@ -86,6 +87,7 @@ void check_same(const Rollouts& a, const Rollouts& b) {
   CHECK(same(a.completion_mask, b.completion_mask));
   CHECK(same(a.ref_logps, b.ref_logps));
   CHECK(same(a.truncated, b.truncated));
+  CHECK(same(a.nonfinite_logits, b.nonfinite_logits));
 }
 
 std::string fresh_dir(const std::string& name) {

@@ -139,6 +139,15 @@ struct GrpoConfig {
   double ref_model_mixup_alpha = 0.6;
   int64_t ref_model_sync_steps = 512;
   int64_t logprob_chunk_size = 256;                 // positions per LM-head chunk in the fused path
+  // asynchronous GRPO (distributed.generation_ranks > 0, docs/distributed.md)
+  int64_t async_lag = 0;                            // generation g is sampled by the policy of cycle g - async_lag
+  int64_t weight_sync_steps = 1;                    // optimizer steps between weight pushes to the generators
+  // TRL's correction of rollouts sampled by another engine (generator ranks, a replay file with log-probs)
+  bool vllm_importance_sampling_correction = true;
+  ImportanceSamplingMode vllm_importance_sampling_mode = ImportanceSamplingMode::SequenceMask;
+  double vllm_importance_sampling_clip_max = 3.0;   // C_max; 0 = none (TRL's None)
+  double vllm_importance_sampling_clip_min = 0.0;   // C_min; 0 = none (TRL's None)
+  double off_policy_mask_threshold = 0.0;           // DeepSeek-V3.2's off-policy sequence mask; 0 = off (TRL's None)
 };
 
 struct OptimConfig {
@@ -206,6 +215,8 @@ struct DistributedConfig {
   int64_t threads_per_rank = 0;                     // 0 = the cores the rank is bound to; unbound: node cores / node ranks
   int64_t bucket_size_mb = 0;                       // gradient allreduce bucket size; 0 = by backend
   int64_t zero_stage = 0;                           // 0 replicated, 1 sharded AdamW state, 2 + sharded gradients
+  int64_t generation_ranks = 0;                     // the last K ranks only generate (asynchronous GRPO); 0 = every rank does both
+  WeightSyncDtype weight_sync_dtype = WeightSyncDtype::Model;  // how weights travel to the generation ranks
 };
 
 struct Config {
@@ -231,6 +242,9 @@ struct Config {
 
   // derived values, always consistent with the keys above
   double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }
+  // the ranks that train (data parallel among themselves): all but the distributed.generation_ranks;
+  // the batch geometry below counts these
+  int64_t training_ranks(int64_t world_size) const { return world_size - distributed.generation_ranks; }
   // micro-batches per rank in one generation, as TRL resolves it: steps_per_generation when set, else
   // generation_batch_size / (per_device_train_batch_size x world_size) when set, else
   // gradient_accumulation_steps. check_batch_geometry says what is wrong with a combination.
@@ -272,7 +286,7 @@ struct CrossFieldRule {
 };
 const std::vector<CrossFieldRule>& cross_field_rules();
 void validate_config(const Config& config);  // the rules that need no world size; throws InputError
-void check_batch_geometry(const Config& config, int64_t world_size);  // the others (TRL's batch checks)
+void check_batch_geometry(const Config& config, int64_t world_size);  // the others (TRL's batch checks); all ranks
 const std::vector<std::string>& known_reward_functions();  // reward.functions may name these
 std::string config_to_toml(const Config& config);  // resolved config, every key, with sections
 // Hash of the keys that decide what a generation step produces (model, tokenizer, data, generation,

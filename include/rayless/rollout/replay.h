@@ -7,6 +7,10 @@
 //    "prompt_ids": [[...], ...],                  optional: the prompt tokens the file's writer used;
 //                                                  rayless builds its own and refuses a mismatch
 //    "shuffle": [3, 0, 2, 1, ...],                optional: the order in which micro-batches take rows
+//    "logprobs": [[-1.2, -0.3, -0.01], ...]       optional: the sampler's log-prob of each completion
+//                                                  token (null = not scored), as TRL's rollout_func
+//                                                  returns them: the completions then count as sampled
+//                                                  by another engine (importance_sampling.h)
 //    "completion_turns": [[[...], [...]], ...],   tool-calling runs: each row's model turns; rayless runs
 //                                                  the tools between them (completion_ids, if given, must
 //                                                  then equal what that assembles)
@@ -34,6 +38,7 @@ struct ReplayedGeneration {
   std::vector<std::vector<int64_t>> tool_mask;       // [N] 0/1 per completion token, or empty
   std::vector<std::vector<int64_t>> prompt_ids;      // [N] or empty when the file has none
   std::vector<int64_t> shuffle;                      // permutation of 0..N-1, or empty
+  std::vector<std::vector<double>> logprobs;         // [N] one per completion token (NaN = null), or empty
   std::string where;                                 // "file:line" for messages
 };
 
@@ -45,10 +50,13 @@ class ReplaySource {
   // InputError naming the file when it holds no line for (step, rank).
   const ReplayedGeneration& at(int64_t step, int64_t rank) const;
   const std::string& path() const { return path_; }
+  // every line has "logprobs" (a file where some lines have them and others not is refused)
+  bool has_logprobs() const { return has_logprobs_; }
 
  private:
   std::string path_;
   std::map<std::pair<int64_t, int64_t>, ReplayedGeneration> generations_;
+  bool has_logprobs_ = false;
 };
 
 }  // namespace rayless
