@@ -4,7 +4,7 @@
 Writes tests/data/lora-golden/: two adapters PEFT saved for the tiny random Qwen2 model of
 tests/data/hf-golden/qwen2 (loaded in float64), and what PEFT computes with them: logits of a
 left-padded batch with the adapter on, with it disabled (the base model), and after
-merge_and_unload. The C++ tests (tests/model/test_lora.cpp) load the same base and adapters and
+merge_and_unload. The C++ tests (tests/hf/test_lora.cpp) load the same base and adapters and
 compare.
   adapter-qvd:  r = 4, lora_alpha = 8, target_modules = [q_proj, v_proj, down_proj]
   adapter-all:  r = 2, lora_alpha = 4, target_modules = "all-linear", use_rslora = true

@@ -161,13 +161,27 @@ LENGTH = {"functions": ["length"], "length_target": 5}
 CASES: dict[str, dict] = {}
 
 
-def case(name, description, rewards=LENGTH, num_processes=1, tokenizer_file=None, **grpo):
+# Settings of FIXED a case may change: the correction of completions another engine sampled
+SAMPLING_CORRECTION = ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                       "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
+                       "off_policy_mask_threshold")
+
+
+def case(name, description, rewards=LENGTH, num_processes=1, tokenizer_file=None, agent=None,
+         rollout_logprobs=None, correction=None, **grpo):
+    """rollout_logprobs: None, or the standard deviation of the noise added to the model's own log-probs to make
+    the sampler log-probs a rollout_func returns (see rollout_logprobs()); correction: FIXED's
+    SAMPLING_CORRECTION settings for the case (such a case needs rollout_logprobs)."""
     assert name not in CASES, name
     unknown = set(grpo) - set(BASE)
     assert not unknown, f"{name}: unknown settings {unknown}"
     assert tokenizer_file in (None, BOS_TOKENIZER_FILE), tokenizer_file
+    assert agent in (None, "tools", "environment"), agent
+    assert not set(correction or {}) - set(SAMPLING_CORRECTION), correction
+    assert correction is None or rollout_logprobs is not None, name
     CASES[name] = dict(description=description, rewards=rewards, num_processes=num_processes, grpo=grpo,
-                       tokenizer_file=tokenizer_file)
+                       tokenizer_file=tokenizer_file, agent=agent, rollout_logprobs=rollout_logprobs,
+                       correction=correction or {})
 
 
 # 1. every loss type, mu = 1, one process
@@ -248,6 +262,53 @@ case("bos_prompts", "dapo, mu=1, 1 process, with tokenizer-bos.json as the proce
      "tokenizer plus a TemplateProcessing post-processor that prepends <|bos|> (257) to every prompt",
      tokenizer_file=BOS_TOKENIZER_FILE, loss_type="dapo")
 
+# 12. completions from another engine: TRL's rollout_func returns them with the sampler's log-probs (the model's
+# own, plus seeded noise, rounded to float32 as TRL holds them), which TRL's importance-sampling correction
+# (vllm_importance_sampling_*: TRL applies it when generating with vLLM; see run_case) and off-policy mask
+# (off_policy_mask_threshold) measure against the trainer's log-probs
+case("is_token_truncate", "rollout_func log-probs (noise 0.6), token_truncate IS with C in [0.5, 2.0], dapo, mu=1",
+     rollout_logprobs=0.6, correction=dict(vllm_importance_sampling_correction=True,
+                                           vllm_importance_sampling_mode="token_truncate",
+                                           vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_clip_max=2.0))
+case("is_token_mask", "rollout_func log-probs (noise 0.6), token_mask IS with C in [0.5, 3.0], grpo loss, mu=1",
+     loss_type="grpo", rollout_logprobs=0.6,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_mask",
+                     vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_clip_max=3.0))
+case("is_sequence_truncate", "rollout_func log-probs (noise 0.3), sequence_truncate IS with TRL's caps (C_max 3, no "
+     "C_min), dapo, mu=1", rollout_logprobs=0.3,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="sequence_truncate",
+                     vllm_importance_sampling_clip_min=None, vllm_importance_sampling_clip_max=3.0))
+case("is_sequence_mask_mu2", "rollout_func log-probs (noise 0.3), sequence_mask IS (TRL's default mode) with C in "
+     "[0.7, 1.5] so that both bounds mask, dapo, num_iterations 2, steps_per_generation 2, GA 2", rollout_logprobs=0.3,
+     per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2,
+     learning_rate=5e-2,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="sequence_mask",
+                     vllm_importance_sampling_clip_min=0.7, vllm_importance_sampling_clip_max=1.5))
+case("is_opsm", "rollout_func log-probs (noise 0.6), token_truncate IS (C_max 3) and off_policy_mask_threshold 0.1, "
+     "grpo loss, mu=1", loss_type="grpo", rollout_logprobs=0.6,
+     correction=dict(vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate",
+                     vllm_importance_sampling_clip_min=None, vllm_importance_sampling_clip_max=3.0,
+                     off_policy_mask_threshold=0.1))
+case("opsm_without_is", "rollout_func log-probs (noise 0.6), no IS correction, off_policy_mask_threshold 0.1 "
+     "against the sampler's log-probs, dapo, mu=1", rollout_logprobs=0.6,
+     correction=dict(vllm_importance_sampling_correction=False, off_policy_mask_threshold=0.1))
+case("dp2_is_token_truncate", "2 processes, rollout_func log-probs (noise 0.6), token_truncate IS with C in [0.5, "
+     "2.0] (its metrics gathered over processes), dapo, per_device 4", num_processes=2, per_device_train_batch_size=4,
+     rollout_logprobs=0.6, correction=dict(vllm_importance_sampling_correction=True,
+                                           vllm_importance_sampling_mode="token_truncate",
+                                           vllm_importance_sampling_clip_min=0.5, vllm_importance_sampling_clip_max=2.0))
+# 13. tool calling (TRL's tools=[...]) and an environment (environment_factory): conversational prompts on
+# the model of tests/data/agent/model (Qwen2.5's tool-calling template), scripted model turns; TRL runs the
+# tools of tools/agent_workers/, appends their results through the template and masks them (tool_mask)
+CALC = {"functions": ["answer", "length"], "length_target": 60, "answer_field": "answer"}
+case("tools_calc", "tools=[add, multiply, divide] (tools/agent_workers/calculator.py), dapo, mu=1: scripted turns "
+     "with calls, answers, a malformed call, an unknown tool, a raising tool, two rounds, string arguments typed by "
+     "the schema and continuations cut by max_completion_length", rewards=CALC, agent="tools", max_completion_length=220)
+GUESS = {"functions": ["length"], "length_target": 40}
+case("env_guess", "environment_factory=GuessNumber (tools/agent_workers/guess_number.py): one instance per rollout, "
+     "reset(**row) appended to the prompt, 0-4 guesses answered higher/lower/correct, get_reward as the GuessNumber "
+     "column, dapo, mu=1", rewards=GUESS, agent="environment", max_completion_length=400)
+
 # ---------------------------------------------------------------------------------------------------
 # Rewards: Python versions of rayless's built-ins (src/rollout/rewards.cpp). The function names are the
 # rayless names, since TRL names the metrics rewards/<__name__>/mean.
@@ -272,14 +333,67 @@ def make_rewards(spec):
                 return [1.0 if pattern.search(text) else 0.0 for text in completions]
 
             funcs.append(format)
+        elif name == "answer":
+            field = spec["answer_field"]
+
+            def answer(prompts, completions, completion_ids, **kwargs):
+                # rayless's numeric answer reward: the last number of the completion decoded without
+                # special tokens, against the row's answer
+                texts = [TOKENIZER_FOR_REWARDS[0].decode(ids, skip_special_tokens=True) for ids in completion_ids]
+                return [numeric_answer(text, str(want)) for text, want in zip(texts, kwargs[field], strict=True)]
+
+            funcs.append(answer)
         else:
             raise ValueError(name)
     return funcs
 
 
-def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = None) -> list[str]:
+TOKENIZER_FOR_REWARDS = [None]  # set by run_case: rewards decode completion ids as rayless does
+
+
+def numbers_in(text: str) -> list:
+    """rayless's numbers_in (src/rewards/rewards.cpp): signs, digits with thousands commas, a fraction, an exponent."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        sign = text[i] in "+-" and i + 1 < n and (text[i + 1].isdigit() or text[i + 1] == ".")
+        j = i + 1 if sign else i
+        if j >= n or not (text[j].isdigit() or (text[j] == "." and j + 1 < n and text[j + 1].isdigit())):
+            i += 1
+            continue
+        digits = text[i] if sign else ""
+        while j < n:
+            c = text[j]
+            if c.isdigit() or c == ".":
+                digits += c
+            elif c == "," and j + 1 < n and text[j + 1].isdigit() and "." not in digits:
+                pass
+            elif c in "eE" and j + 1 < n and (text[j + 1].isdigit() or (text[j + 1] in "+-" and j + 2 < n and text[j + 2].isdigit())):
+                digits += c + text[j + 1]
+                j += 1
+            else:
+                break
+            j += 1
+        digits = digits.rstrip(".")  # "42." ends a sentence
+        prefix = re.match(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", digits)  # what strtod reads of it
+        if prefix:
+            out.append(float(prefix.group(0)))
+        i = max(j, i + 1)
+    return out
+
+
+def numeric_answer(completion: str, expected: str) -> float:
+    got, want = numbers_in(completion), numbers_in(expected)
+    if not got or not want:
+        return 0.0
+    a, b = got[-1], want[-1]
+    return 1.0 if abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b)) else 0.0
+
+
+def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = None, agent: str | None = None,
+                      correction: dict | None = None) -> list[str]:
     """`--set` strings giving rayless the settings of the TRL run. A case with its own tokenizer file has no
-    tokenizer.path here: the replay sets it to the absolute path of case.json's tokenizer_file."""
+    tokenizer.path here: the replay sets it to the absolute path of case.json's tokenizer_file. A case with
+    sampler log-probs gets the GRPOConfig's correction settings, `correction` (TRL's None = rayless's 0.0)."""
 
     def toml(v):
         if isinstance(v, bool):
@@ -349,6 +463,25 @@ def rayless_overrides(grpo: dict, rewards: dict, tokenizer_file: str | None = No
         out["reward.length_unit"] = "tokens"
     if "format" in rewards["functions"]:
         out["reward.format_pattern"] = rewards["format_pattern"]
+    if correction:
+        settings = correction
+        out["grpo.vllm_importance_sampling_correction"] = settings["vllm_importance_sampling_correction"]
+        out["grpo.vllm_importance_sampling_mode"] = settings["vllm_importance_sampling_mode"]
+        for key in ("vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min", "off_policy_mask_threshold"):
+            out["grpo." + key] = float(settings[key] or 0.0)
+    if "answer" in rewards["functions"]:
+        out["reward.answer_field"] = rewards["answer_field"]
+        out["reward.answer_mode"] = "numeric"
+    if agent:  # conversational rows under "prompt", the model's own (tool-calling) template, the tools' workers
+        out["model.path"] = str(AGENT_MODEL.relative_to(REPO))
+        out["tokenizer.chat_template"] = "auto"
+        out["data.prompt_field"] = "text"
+        out["data.messages_field"] = "prompt"
+        out["data.max_prompt_length"] = 2048  # prompts listing tools are ~1500 byte tokens; + the completion fits 4096
+        if agent == "tools":
+            out["tools.calculator.command"] = f"{AGENT_WORKERS} tools tools/agent_workers/calculator.py"
+        else:
+            out["environment.command"] = f"{AGENT_WORKERS} environment tools/agent_workers/guess_number.py GuessNumber"
     return [f"{k}={toml(v)}" for k, v in out.items()]
 
 
@@ -431,6 +564,131 @@ def draw_completion(rng: random.Random, max_len: int, char_ids: dict) -> tuple[s
     return "".join(chars), ids
 
 
+def rollout_logprobs(case_name: str, generation: int, rank: int, model, prompt_ids, completion_ids, temperature,
+                     sigma: float) -> list[list[float]]:
+    """The log-probs a rollout_func reports for its completions: the model's own (log-softmax of the logits
+    divided by the temperature, each row alone, no padding) plus Gaussian noise of deviation sigma drawn from
+    a seeded RNG per (case, generation, process, row), rounded to float32 (TRL builds a float32 tensor of them)."""
+    import numpy as np
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for row, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+            ids = torch.tensor([list(p) + list(c)])
+            logits = model(input_ids=ids).logits[0, len(p) - 1:-1].to(torch.float64) / temperature
+            own = logits.log_softmax(-1).gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1).tolist()
+            rng = random.Random(_seed("trl-steps-logprobs", case_name, generation, rank, row))
+            out.append([float(np.float32(v + rng.gauss(0.0, sigma))) for v in own])
+    return out
+
+
+class NoWeightSync:
+    """What the trainer's vLLM backend is asked for on the rollout_func path: its weight sync (nothing to sync)."""
+
+    def sync_weights(self):
+        pass
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tool-calling cases: conversational rows and scripted model turns
+
+
+AGENT_MODEL = REPO / "tests" / "data" / "agent" / "model"
+AGENT_WORKERS = "python3 tools/agent_workers/rayless_agent.py"  # run from the repository root
+IM_END = "<|im_end|>"
+
+
+def agent_rows(kind: str) -> list[dict]:
+    """16 conversational rows: arithmetic questions with their answer (tools), or a secret number (environment)."""
+    rng = random.Random(_seed("agent-rows", kind))
+    rows = []
+    for i in range(16):
+        if kind == "tools":
+            op, a, b = ("add", "multiply")[i % 2], rng.randint(1, 20), rng.randint(1, 20)
+            question = f"What is {a} {'plus' if op == 'add' else 'times'} {b}?"
+            rows.append({"prompt": [{"role": "user", "content": question}], "answer": str(a + b if op == "add" else a * b),
+                         "op": op, "a": a, "b": b, "id": i})
+        else:
+            rows.append({"prompt": [{"role": "user", "content": "Find my number with the guess tool."}],
+                         "secret": rng.randint(1, 100), "id": i})
+    return rows
+
+
+def tool_call(name: str, arguments) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+AGENT_SCRIPTS = ["call", "two", "direct", "malformed", "unknown", "raises", "strings", "long", "call"]
+
+
+def agent_script(kind: str, rng: random.Random, row: dict, slot: int) -> list[str]:
+    """The model's turns for one rollout (texts; the tool loop takes as many as the calls ask for). `slot`
+    (the rollout's place in the run) picks the kind of script, so every kind appears."""
+    if kind == "environment":
+        secret, turns = row["secret"], []
+        for k in range(slot % 5):
+            guess = secret if rng.random() < 0.3 else rng.randint(1, 100)
+            turns.append(tool_call("guess", {"number": guess}) + IM_END)
+        return turns + [f"My number is {rng.randint(1, 100)}." + IM_END]
+    op, a, b = row["op"], row["a"], row["b"]
+    answer = a + b if op == "add" else a * b
+    thought = rng.choice(["", "Let me use a tool. ", "ok "])
+    script = AGENT_SCRIPTS[slot % len(AGENT_SCRIPTS)]
+    if script == "call":
+        return [thought + tool_call(op, {"a": a, "b": b}) + IM_END,
+                f"The answer is {answer if rng.random() < 0.7 else answer + 1}." + IM_END]
+    if script == "direct":
+        return [f"It is {answer if rng.random() < 0.5 else answer - 1}." + IM_END]
+    if script == "malformed":  # not JSON: TRL reads the turn as text and calls nothing
+        return [thought + '<tool_call>\n{"name": "add", "arguments": {"a": 1,}}\n</tool_call>' + IM_END]
+    if script == "unknown":
+        return [tool_call("power", {"a": a, "b": b}) + IM_END, "I could not compute it." + IM_END]
+    if script == "raises":
+        return [tool_call("divide", {"a": a, "b": 0}) + IM_END, f"Maybe {answer}." + IM_END]
+    if script == "two":
+        return [tool_call("add", {"a": a, "b": b}) + IM_END, tool_call("multiply", {"a": a + b, "b": 2}) + IM_END,
+                f"Twice the sum is {2 * (a + b)}." + IM_END]
+    if script == "long":  # the continuation runs past max_completion_length: cut
+        return [tool_call(op, {"a": a, "b": b}) + IM_END, "x" * 150 + IM_END]
+    # string arguments: typed by the tool's schema before the call
+    return [tool_call(op, {"a": str(a), "b": str(b)}) + IM_END, f"The answer is {answer}." + IM_END]
+
+
+class ScriptedTurns:
+    """Plays the scripted turns into TRL's generation: the first call of a generation gets every row's first
+    turn; each later call (the tool loop's continuations) is matched to its rows by the conversation so far,
+    and gets their next turns. Keeps what TRL used of each turn (cut as TRL cuts it) for the replay file."""
+
+    def __init__(self, tokenizer, max_completion_length):
+        self.tokenizer = tokenizer
+        self.max_completion_length = max_completion_length
+        self.open = False
+
+    def start(self, prompt_ids, scripts):
+        self.prompts = [list(map(int, p)) for p in prompt_ids]
+        self.turns = [[self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in script] for script in scripts]
+        self.used = [[list(t[0])] for t in self.turns]
+        self.so_far = [list(t[0]) for t in self.turns]
+        self.open = True
+        return [list(t[0]) for t in self.turns]
+
+    def continue_(self, conversations):
+        out, taken = [], set()
+        for pct in conversations:
+            pct = list(map(int, pct))
+            row = next(i for i in range(len(self.prompts))
+                       if i not in taken and len(self.used[i]) < len(self.turns[i])
+                       and pct[:len(self.prompts[i]) + len(self.so_far[i])] == self.prompts[i] + self.so_far[i])
+            taken.add(row)
+            ids = list(self.turns[row][len(self.used[row])])
+            budget = self.max_completion_length - (len(pct) - len(self.prompts[row]))
+            self.used[row].append(ids[:max(budget, 0)])
+            self.so_far[row] = pct[len(self.prompts[row]):] + ids[:max(budget, 0)]
+            out.append(ids)
+        return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # One case, inside the (possibly distributed) training process
 
@@ -461,21 +719,28 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
 
     tmp = Path(tempfile.mkdtemp(prefix=f"trl-steps-{name}-"))
     fixed = dict(FIXED, model_init_kwargs={"dtype": torch.float64})  # create_model_from_path wants the dtype object
+    fixed.update(spec["correction"])
     args = GRPOConfig(output_dir=str(tmp / "out"), **grpo, **fixed)
     rank = args.process_index
     world = args.world_size
     assert world == spec["num_processes"], f"{name}: launched with {world} processes, case wants {spec['num_processes']}"
 
-    rows = [{"prompt": p, "id": i} for i, p in enumerate(PROMPTS)]
+    agent = spec["agent"]
+    if agent:
+        model_dir = AGENT_MODEL
+        rows = agent_rows(agent)
+    else:
+        rows = [{"prompt": p, "id": i} for i, p in enumerate(PROMPTS)]
     dataset = datasets.Dataset.from_list(rows)
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    TOKENIZER_FOR_REWARDS[0] = tokenizer
     char_ids = {}
     for c in COMPLETION_CHARS:
         ids = tokenizer(c, add_special_tokens=False)["input_ids"]
         assert len(ids) == 1, (c, ids)
         char_ids[c] = ids[0]
-    assert tokenizer.eos_token_id == EOS_ID, tokenizer.eos_token_id
+    assert tokenizer.eos_token_id == (260 if agent else EOS_ID), tokenizer.eos_token_id  # agent model: <|im_end|>, as Qwen ships
     processing_class = None  # TRL loads the model's own tokenizer (AutoProcessor.from_pretrained)
     if spec["tokenizer_file"]:
         tokenizer_path = out_dir.parent / spec["tokenizer_file"]
@@ -499,8 +764,44 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
             assert all(p[:1] == [BOS_ID] and BOS_ID not in p[1:] for p in state["current"]["prompt_ids"])
         return [list(c) for c in completion_ids], None
 
+    scripted = ScriptedTurns(tokenizer, grpo["max_completion_length"])
+
+    def agent_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if scripted.open:  # the tool loop continues some rows
+            return scripted.continue_(prompt_ids), None
+        n = len(prompt_ids)
+        g = state["generation"]
+        world_rows = n * self.accelerator.num_processes
+        scripts = [agent_script(agent, random.Random(_seed("trl-steps", name, g, rank * n + k)), state["inputs"][k],
+                                g * world_rows + rank * n + k) for k in range(n)]
+        state["current"] = {"step": g, "rank": rank, "prompt_ids": [list(map(int, p)) for p in prompt_ids]}
+        return scripted.start(prompt_ids, scripts), None
+
     assert original_single_turn is not None
-    GRPOTrainer._generate_single_turn = injected_single_turn
+    GRPOTrainer._generate_single_turn = agent_single_turn if agent else injected_single_turn
+
+    original_generate = GRPOTrainer._generate
+
+    def recorded_generate(self, prompts):
+        out = original_generate(self, prompts)
+        if agent:  # TRL's final completions and tool masks, and the turns it used
+            cur = state["current"]
+            cur["completion_ids"] = [list(map(int, c)) for c in out[1]]
+            cur["trl_tool_mask"] = [list(map(int, m)) for m in out[2]]
+            cur["completion_turns"] = scripted.used
+            scripted.open = False
+        return out
+
+    GRPOTrainer._generate = recorded_generate
+
+    def injected_rollout_func(prompts, trainer):
+        # the same completions as the single-turn injection, returned by TRL's rollout_func with log-probs
+        prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
+        completion_ids, _ = injected_single_turn(trainer, prompt_ids, None, None, trainer.num_generations)
+        logprobs = rollout_logprobs(name, state["generation"], rank, trainer.model, prompt_ids, completion_ids,
+                                    trainer.temperature, spec["rollout_logprobs"])
+        state["current"]["logprobs"] = logprobs
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
 
     original_rewards = GRPOTrainer._calculate_rewards
 
@@ -521,6 +822,7 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
     original_score = GRPOTrainer._generate_and_score_completions
 
     def recorded_score(self, inputs):
+        state["inputs"] = inputs
         out = original_score(self, inputs)
         cur = state["current"]
         cur["advantages"] = out["advantages"].tolist()
@@ -567,6 +869,13 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
                     assert torch.equal(other, gathered[0]), "processes disagree on the weights"
             weights[state_.global_step] = {n: p.numpy() for n, p in params.items()}
 
+    agent_kwargs = {}
+    if agent == "tools":
+        calculator = load_module(REPO / "tools" / "agent_workers" / "calculator.py", "calculator")
+        agent_kwargs["tools"] = [calculator.add, calculator.multiply, calculator.divide]
+    elif agent == "environment":
+        guess_number = load_module(REPO / "tools" / "agent_workers" / "guess_number.py", "guess_number")
+        agent_kwargs["environment_factory"] = guess_number.GuessNumber
     trainer = GRPOTrainer(
         model=str(model_dir),
         reward_funcs=reward_funcs,
@@ -574,7 +883,16 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         train_dataset=dataset,
         processing_class=processing_class,
         callbacks=[CaptureWeights()],
+        rollout_func=injected_rollout_func if spec["rollout_logprobs"] is not None else None,
+        **agent_kwargs,
     )
+    if spec["rollout_logprobs"] is not None:
+        # TRL applies its importance-sampling correction when it generates with vLLM (use_vllm); vLLM does not
+        # run here, so the trainer is told it does after construction, with a weight sync that does nothing: the
+        # completions and their log-probs come from rollout_func, and everything after is TRL's own code
+        trainer.use_vllm = True
+        trainer.vllm_generation = NoWeightSync()
+        trainer._last_loaded_step = -1
     assert trainer.model.dtype == torch.float64
     if processing_class is not None:
         assert trainer.processing_class is processing_class
@@ -598,6 +916,12 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
     out_dir.mkdir(parents=True, exist_ok=True)
     grpo_config = {k: grpo[k] for k in BASE}
     grpo_config.update(FIXED)
+    if spec["correction"]:
+        grpo_config.update({k: getattr(args, k) for k in SAMPLING_CORRECTION})
+    if spec["rollout_logprobs"] is not None:
+        grpo_config["use_vllm"] = "set on the trainer after construction (see tools/make_trl_step_reference.py)"
+        grpo_config["rollout_func"] = "completions and their log-probs (model's own + noise)"
+        grpo_config["rollout_logprobs_noise"] = spec["rollout_logprobs"]
     grpo_config["steps_per_generation_resolved"] = args.steps_per_generation
     grpo_config["generation_batch_size_resolved"] = args.generation_batch_size
     case_json = {
@@ -612,10 +936,12 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         "lm_head": "trl-float32-kernel" if native_lm_head else "float64",
         "prompts_file": "prompts.jsonl",
         **({"tokenizer_file": spec["tokenizer_file"]} if spec["tokenizer_file"] else {}),
+        **({"model": str(AGENT_MODEL.relative_to(REPO)), "agent": agent} if agent else {}),
         "eos_token_ids": list(trainer.eos_token_ids),
         "pad_token_id": trainer._tokenizer.pad_token_id,
         "grpo_config": grpo_config,
-        "rayless_overrides": rayless_overrides(grpo, rewards_spec, spec["tokenizer_file"]),
+        "rayless_overrides": rayless_overrides(grpo, rewards_spec, spec["tokenizer_file"], agent,
+                                               {k: getattr(args, k) for k in SAMPLING_CORRECTION} if spec["correction"] else None),
         "rewards": {
             "functions": rewards_spec["functions"],
             "reward_weights": grpo["reward_weights"],
@@ -632,7 +958,15 @@ def run_case(name: str, out_dir: Path, model_dir: Path, native_lm_head: bool) ->
         for r in all_records:
             line = {k: r[k] for k in ("step", "rank", "prompt_ids", "prompts", "rows", "completion_ids", "shuffle",
                                       "rewards_per_func", "advantages", "completions")}
+            if "logprobs" in r:
+                line["logprobs"] = r["logprobs"]
+            if agent:
+                line.update(completion_turns=r["completion_turns"], trl_tool_mask=r["trl_tool_mask"])
             f.write(json.dumps(line, sort_keys=False) + "\n")
+    if agent:
+        with open(out_dir / "prompts.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
     with open(out_dir / "metrics.jsonl", "w") as f:
         for e in log:
             e.pop("step_time", None)
@@ -675,6 +1009,15 @@ class Float64LogProbs:
         log_probs = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
         entropy = log_z - (e * z).sum(dim=-1) / s if "entropy" in outputs else None
         return log_probs, entropy, None, None, None
+
+
+def load_module(path: Path, name: str):
+    import importlib.util
+
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
 
 
 def write_json(path: Path, obj) -> None:

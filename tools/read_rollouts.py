@@ -8,6 +8,7 @@ PATH is index.h5 (every rank through external links), a rank file rank-RRRRR.h5,
 directory. --check-fixture verifies the store written by the C++ test "store: python fixture".
 """
 import argparse
+import json
 import os
 import sys
 
@@ -71,10 +72,20 @@ def summary(step, rank, g):
 def show(g, count):
     prompts = split(g["prompt_ids"][()], g["prompt_offsets"][()])
     completions = split(g["completion_ids"][()], g["completion_offsets"][()])
+    # tool-calling runs: who wrote each token (1 = the model) and each completion's conversation
+    masks = split(g["tool_mask"][()], g["completion_offsets"][()]) if "tool_mask" in g else None
+    conversations = [json.loads(c) for c in g["conversations"].asstr()[()]] if "conversations" in g else None
     for i in range(min(count, len(completions))):
         print(f"  [{i}] group {g['group_index'][i]} reward {g['rewards'][i]:.4f} "
               f"advantage {g['advantages'][i]:.4f}\n      prompt ids {prompts[i].tolist()}\n"
               f"      completion ids {completions[i].tolist()}")
+        if masks is not None:
+            print(f"      model tokens {int(masks[i].sum())} of {len(masks[i])} (the rest: tool results, out of the loss)")
+        if conversations is not None:
+            for message in conversations[i]["messages"]:
+                calls = [f"{c['function']['name']}({json.dumps(c['function']['arguments'])})"
+                         for c in message.get("tool_calls", [])]
+                print(f"      {message['role']}: {message.get('content')!r}" + (f" calls {', '.join(calls)}" if calls else ""))
 
 
 def check_fixture(store):
@@ -106,6 +117,14 @@ def check_fixture(store):
             assert g.attrs["entropy_threshold"] == 0.75
         else:
             assert "entropy_threshold" not in g.attrs
+        if step == 2:  # tool-calling: who wrote each token, and the conversations as JSON strings
+            assert g["tool_mask"].dtype == np.uint8
+            np.testing.assert_array_equal(g["tool_mask"][()], (np.arange(t) % 2 == 0).astype(np.uint8))
+            conversations = [json.loads(c) for c in g["conversations"].asstr()[()]]
+            assert [c["tool_calls"] for c in conversations] == list(range(n)), conversations
+            assert conversations[3]["messages"][1] == {"role": "tool", "name": "add", "content": "é"}
+        else:
+            assert "tool_mask" not in g and "conversations" not in g
     assert seen == {(1, 0), (1, 1), (2, 0), (2, 1)}, seen
     print("fixture ok:", sorted(seen))
 

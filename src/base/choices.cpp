@@ -27,6 +27,11 @@ RAYLESS_CHOICES(RewardAggregation, {{RewardAggregation::SumThenNormalize, "sum_t
                                     {RewardAggregation::NormalizeThenSum, "normalize_then_sum"}})
 RAYLESS_CHOICES(ImportanceSamplingLevel, {{ImportanceSamplingLevel::Token, "token"}, {ImportanceSamplingLevel::Sequence, "sequence"}})
 RAYLESS_CHOICES(EntropyThresholdMethod, {{EntropyThresholdMethod::Gather, "gather"}, {EntropyThresholdMethod::Select, "select"}})
+RAYLESS_CHOICES(ImportanceSamplingMode, {{ImportanceSamplingMode::TokenTruncate, "token_truncate"},
+                                         {ImportanceSamplingMode::TokenMask, "token_mask"},
+                                         {ImportanceSamplingMode::SequenceTruncate, "sequence_truncate"},
+                                         {ImportanceSamplingMode::SequenceMask, "sequence_mask"}})
+RAYLESS_CHOICES(WeightSyncDtype, {{WeightSyncDtype::Model, "model"}, {WeightSyncDtype::BFloat16, "bfloat16"}})
 RAYLESS_CHOICES(DeviceChoice, {{DeviceChoice::Auto, "auto"}, {DeviceChoice::Cpu, "cpu"}, {DeviceChoice::Cuda, "cuda"}})
 RAYLESS_CHOICES(ModelDtype, {{ModelDtype::Float32, "float32"}, {ModelDtype::BFloat16, "bfloat16"},
                              {ModelDtype::Float16, "float16"}, {ModelDtype::Float64, "float64"}})

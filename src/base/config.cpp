@@ -115,6 +115,24 @@ ConfigField int_field(std::string name, IntRef ref, int64_t lo, int64_t hi, std:
   return f;
 }
 
+// "auto" (held as 0) or an integer >= lo (lo >= 1).
+ConfigField auto_or_int_field(std::string name, IntRef ref, int64_t lo, std::string doc) {
+  const std::string allowed = str("\"auto\" or an integer >= ", lo);
+  ConfigField f{name, "int", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    if (auto v = n.value_exact<std::string>(); v && *v == "auto") {
+      ref(c) = 0;
+      return;
+    }
+    ref(c) = read_int(n, where, name, lo, std::numeric_limits<int64_t>::max(), allowed);
+  };
+  f.show = [=](const Config& c) {
+    const int64_t v = const_view(ref)(c);
+    return v == 0 ? toml_quote("auto") : std::to_string(v);
+  };
+  return f;
+}
+
 ConfigField float_field(std::string name, FloatRef ref, double lo, double hi, std::string doc) {
   std::string allowed = hi == std::numeric_limits<double>::infinity()
                             ? str("a number >= ", lo)
@@ -331,6 +349,10 @@ void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
   f.push_back(string_list_field("generation.stop_strings", REF(generation.stop_strings), "completion ends after the first of these strings"));
   f.push_back(int_list_field("generation.eos_token_ids", REF(generation.eos_token_ids), 0, "end-of-sequence ids; empty = the tokenizer's and generation_config.json's"));
   f.push_back(bool_field("generation.fused_weights", REF(generation.fused_weights), "decode with q/k/v and gate/up each fused into one matmul and, on CPUs with oneDNN, weights packed once per generation (in bfloat16 under train.bf16): faster, costs one copy of the layer weights while generating (false = the separate weights)"));
+  f.push_back(auto_or_int_field("generation.slots", REF(generation.slots), 1, "decode slots of the generation engine: rows generated at once, each slot taking the next pending row when its own ends (auto = as many as fit in half of the memory free at the first generation, a slot holding the KV cache of prompt + completion positions and a row of logits: the device's free memory on CUDA, MemAvailable or the cgroup's headroom shared by the node's ranks on the CPU; never more than the rows; the log names the count)"));
+  f.push_back(auto_or_int_field("generation.prefill_chunk", REF(generation.prefill_chunk), 1, "most prompt tokens (prompts x their longest) prefilled in one pass when slots are filled (auto = all the prompts admitted at once)"));
+  f.push_back(auto_or_int_field("generation.sync_interval", REF(generation.sync_interval), 1, "decode steps between the host's looks at which rows ended (auto = 1 on the CPU, where a look is free; 8 on a GPU, where each look waits for the device)"));
+  f.push_back(string_field("generation.cuda_graphs", REF(generation.cuda_graphs), {"auto", "on", "off"}, "replay the decode step as CUDA graphs, one per slot bucket (auto = on a CUDA device when rayless is built with CUDA, except with dynamic RoPE; on = refuse to run without them; off = eager); no effect on the CPU"));
   // [reward]
   f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: built-ins length, format, answer, repetition, worker; any other name is a [reward.workers.NAME] or [reward.models.NAME] table (below)"));
   f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));
@@ -369,6 +391,13 @@ void add_grpo_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("grpo.ref_model_mixup_alpha", REF(grpo.ref_model_mixup_alpha), 0.0, 1.0, "ref = alpha * policy + (1 - alpha) * ref at each sync"));
   f.push_back(int_field("grpo.ref_model_sync_steps", REF(grpo.ref_model_sync_steps), 1, kNoMax, "optimizer steps between reference syncs"));
   f.push_back(int_field("grpo.logprob_chunk_size", REF(grpo.logprob_chunk_size), 1, kNoMax, "positions per LM-head chunk in the fused log-prob path"));
+  f.push_back(int_field("grpo.async_lag", REF(grpo.async_lag), 0, kNoMax, "with generation ranks: generation g is sampled by the policy trained up to the start of generation g - async_lag (the first async_lag by the initial policy); 0 = on-policy"));
+  f.push_back(int_field("grpo.weight_sync_steps", REF(grpo.weight_sync_steps), 1, kNoMax, "with generation ranks: new weights go to them after every N optimizer steps (at the next generation boundary)"));
+  f.push_back(bool_field("grpo.vllm_importance_sampling_correction", REF(grpo.vllm_importance_sampling_correction), "weigh the loss by the importance ratio of the trainer's old log-probs to the sampling log-probs when completions come from another engine: generation ranks, or a replay file with logprobs (TRL: with vLLM)"));
+  f.push_back(choice_field<ImportanceSamplingMode>("grpo.vllm_importance_sampling_mode", REF(grpo.vllm_importance_sampling_mode), "the importance ratio per token or per sequence, clipped to [clip_min, clip_max] (truncate) or zeroed outside it (mask)"));
+  f.push_back(float_field("grpo.vllm_importance_sampling_clip_max", REF(grpo.vllm_importance_sampling_clip_max), 0.0, kInf, "C_max of the importance ratio (0 = no upper bound, TRL's None)"));
+  f.push_back(float_field("grpo.vllm_importance_sampling_clip_min", REF(grpo.vllm_importance_sampling_clip_min), 0.0, kInf, "C_min of the importance ratio (0 = no lower bound, TRL's None)"));
+  f.push_back(float_field("grpo.off_policy_mask_threshold", REF(grpo.off_policy_mask_threshold), 0.0, kInf, "drop completions with a negative advantage whose mean per-token log-ratio of sampling to current policy exceeds this (DeepSeek-V3.2's off-policy sequence mask; 0 = off, TRL's None)"));
 }
 
 void add_training_fields(std::vector<ConfigField>& f) {
@@ -415,6 +444,8 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(int_field("distributed.threads_per_rank", REF(distributed.threads_per_rank), 0, kNoMax, "intra-op threads per rank (0 = the cores the rank is bound to by Slurm or mpirun; unbound: cores on the node / ranks on the node)"));
   f.push_back(int_field("distributed.bucket_size_mb", REF(distributed.bucket_size_mb), 0, kNoMax, "gradient allreduce bucket size in MiB (0: 4 on MPI, 25 on NCCL)"));
   f.push_back(int_field("distributed.zero_stage", REF(distributed.zero_stage), 0, 2, "ZeRO: 0 = every rank holds all gradients and AdamW state; 1 = AdamW moments sharded across ranks; 2 = gradients sharded too (stage 3, sharded parameters, is not implemented)"));
+  f.push_back(int_field("distributed.generation_ranks", REF(distributed.generation_ranks), 0, kNoMax, "asynchronous GRPO: the last K ranks only generate and score, the others only train (0 = every rank does both)"));
+  f.push_back(choice_field<WeightSyncDtype>("distributed.weight_sync_dtype", REF(distributed.weight_sync_dtype), "weights sent to the generation ranks in the model's dtype (exact) or in bfloat16 (half the bytes; the generators then sample from rounded weights, which the importance-sampling correction sees)"));
   // [lora]
   f.push_back(bool_field("lora.enabled", REF(lora.enabled), "train LoRA adapters instead of the whole model (PEFT's LoraConfig; the base stays frozen, the reference model for beta > 0 is the base with adapters off)"));
   f.push_back(int_field("lora.r", REF(lora.r), 1, kNoMax, "adapter rank (PEFT: r)"));
@@ -424,12 +455,21 @@ void add_training_fields(std::vector<ConfigField>& f) {
   f.push_back(bool_field("lora.use_rslora", REF(lora.use_rslora), "rank-stabilised scaling alpha / sqrt(r) (PEFT: use_rslora)"));
 }
 
+void add_agent_fields(std::vector<ConfigField>& f) {
+  // [environment], [agent]; the [tools.NAME] tables are read like the named reward tables
+  f.push_back(string_field("environment.command", REF(environment.command), {}, "environment worker: one instance per rollout with reset(**row), tool methods and get_reward() (TRL's environment_factory; docs/tools.md); empty = none"));
+  f.push_back(float_field("environment.timeout_s", REF(environment.timeout_s), 0.001, kInf, "seconds one reset, tool call or get_reward may take; longer stops the run"));
+  f.push_back(int_field("agent.max_tool_calling_iterations", REF(agent.max_tool_calling_iterations), -1, kNoMax, "rounds of tool calls per rollout (TRL's max_tool_calling_iterations; -1 = no limit, as TRL's None; 0 = calls are parsed but never run)"));
+  f.push_back(string_field("agent.tool_call_format", REF(agent.tool_call_format), {"auto", "qwen", "llama3"}, "how completions write tool calls: qwen = <tool_call>{...}</tool_call> (Qwen2.5, Qwen3), llama3 = {\"name\": ..., \"parameters\": ...} (Llama 3.1, 3.2); auto = from the chat template"));
+}
+
 std::vector<ConfigField> build_fields() {
   std::vector<ConfigField> f;
   add_model_and_data_fields(f);
   add_generation_and_rewards_fields(f);
   add_grpo_fields(f);
   add_training_fields(f);
+  add_agent_fields(f);
   return f;
 }
 #undef REF
@@ -508,7 +548,8 @@ const std::map<std::string, std::string>& trl_names() {
       {"shuffle_dataset", "data.shuffle"}, {"save_total_limit", "checkpoint.keep_last"},
       {"num_generations_eval", "eval.num_generations"}, {"use_cpu", "model.device"},
       {"ddp_backend", "distributed.backend"}, {"ddp_timeout", "distributed.collective_timeout_s"},
-      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"}};
+      {"peft_config", "lora.enabled"}, {"deepspeed", "distributed.zero_stage"}, {"fsdp", "distributed.zero_stage"},
+      {"vllm_importance_sampling_cap", "grpo.vllm_importance_sampling_clip_max"}};
   return names;
 }
 
@@ -553,6 +594,48 @@ void set_named_reward_key(Config& config, const std::string& full, const toml::n
     else if (key == "chat_template") m.chat_template = text();
     else throw InputError(str(where, "unknown key ", full, " (a reward-model table has path, tokenizer, batch_size, chat_template)"));
   }
+}
+
+// tools.NAME.KEY: a tool worker table
+bool is_tool_key(const std::string& name) { return name.rfind("tools.", 0) == 0; }
+
+void set_tool_key(Config& config, const std::string& full, const toml::node& node, const std::string& where) {
+  const std::string rest = full.substr(6);
+  const size_t dot = rest.find('.');
+  inputCheck(dot != std::string::npos, where, "key ", full, ": expected tools.NAME.KEY");
+  const std::string name = rest.substr(0, dot), key = rest.substr(dot + 1);
+  inputCheck(valid_table_name(name), where, "[tools.", name, "]: a name is letters, digits, _ and - only");
+  ToolWorkerConfig& t = config.tools[name];
+  if (key == "command") {
+    auto v = node.value_exact<std::string>();
+    if (!v) bad_value(where, full, node, "a string");
+    t.command = *v;
+  } else if (key == "timeout_s") {
+    t.timeout_s = read_float(node, where, full, 0.001, kInf, "a number >= 0.001");
+  } else {
+    throw InputError(str(where, "unknown key ", full, " (a tool table has command, timeout_s)"));
+  }
+}
+
+// [tools.NAME] tables
+void set_tool_tables(Config& config, const toml::node& node, const std::string& path) {
+  const toml::table* tables = node.as_table();
+  inputCheck(tables != nullptr, path, ":", node.source().begin.line, ": tools must be tables [tools.NAME]");
+  for (const auto& [name, table_node] : *tables) {
+    const toml::table* table = table_node.as_table();
+    inputCheck(table != nullptr, path, ":", table_node.source().begin.line, ": tools.", name.str(),
+               " must be a table [tools.", name.str(), "] with a command");
+    config.tools[std::string(name.str())];  // an empty table still names one
+    for (const auto& [key, value] : *table)
+      set_tool_key(config, str("tools.", name.str(), ".", key.str()), value, str(path, ":", value.source().begin.line, ": "));
+  }
+}
+
+std::string tool_tables_toml(const Config& config) {
+  std::ostringstream out;
+  for (const auto& [name, t] : config.tools)
+    out << "\n[tools." << name << "]\ncommand = " << toml_quote(t.command) << "\ntimeout_s = " << float_literal(t.timeout_s) << "\n";
+  return out.str();
 }
 
 // [reward.workers] / [reward.models]: a table of named tables
@@ -602,6 +685,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     const std::string where_section = str(path, ":", section_node.source().begin.line, ": ");
+    if (section == "tools") {
+      set_tool_tables(config, section_node, path);
+      continue;
+    }
     if (!section_node.is_table()) {  // a flat key at the top level, e.g. TRL's num_generations
       const std::string best = trl_names().count(section) ? trl_names().at(section) : closest_config_key("." + section);
       throw InputError(str(where_section, "unknown top-level key ", section,
@@ -660,7 +747,8 @@ void apply_override(Config& config, const std::string& assignment) {
   name.erase(name.find_last_not_of(" \t") + 1);
   const std::string value = assignment.substr(eq + 1);
   const ConfigField* field = find_field(name);
-  inputCheck(field != nullptr || is_named_reward_key(name), "--set ", name, ": unknown key", suggestion(name));
+  inputCheck(field != nullptr || is_named_reward_key(name) || is_tool_key(name), "--set ", name, ": unknown key",
+             suggestion(name));
   // The value is TOML (1, 0.5, true, "x", [1, 2]); a bare word that is not TOML is taken as a string.
   toml::table parsed;
   try {
@@ -668,6 +756,7 @@ void apply_override(Config& config, const std::string& assignment) {
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", value}};
   }
+  if (!field && is_tool_key(name)) return set_tool_key(config, name, *parsed.get("v"), "--set: ");
   if (!field) return set_named_reward_key(config, name, *parsed.get("v"), "--set: ");
   field->set(config, *parsed.get("v"), "--set: ");
 }
@@ -785,25 +874,73 @@ std::vector<CrossFieldRule> other_rules() {
          if (c.grpo.epsilon < 1.0 || c.grpo.loss_type == LossType::Cispo) return "";
          return str("grpo.epsilon = ", c.grpo.epsilon, " makes the lower clip bound 1 - epsilon <= 0: use < 1");
        }},
-      {"at start, with the number of ranks known: `grpo.generation_batch_size` is a multiple of "
-       "`train.per_device_train_batch_size` x ranks", true,
-       [](const Config& c, int64_t world_size) -> std::string {
-         const int64_t global_batch = c.train.per_device_train_batch_size * world_size;
-         if (c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0) return "";
-         return str("grpo.generation_batch_size = ", c.grpo.generation_batch_size,
-                    " must be a multiple of train.per_device_train_batch_size x ranks = ",
-                    c.train.per_device_train_batch_size, " x ", world_size, " = ", global_batch);
+      {"`grpo.async_lag > 0` and `grpo.weight_sync_steps > 1` need `distributed.generation_ranks > 0` (with every "
+       "rank generating from its own copy of the policy there is nothing to lag behind)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks > 0) return "";
+         if (c.grpo.async_lag > 0)
+           return str("grpo.async_lag = ", c.grpo.async_lag,
+                      " needs distributed.generation_ranks > 0: without generation ranks every rank samples from the "
+                      "policy it trains, so there is no lag to set");
+         if (c.grpo.weight_sync_steps > 1)
+           return str("grpo.weight_sync_steps = ", c.grpo.weight_sync_steps,
+                      " needs distributed.generation_ranks > 0: without generation ranks no weights are sent");
+         return "";
        }},
-      {"at start, with the number of ranks known: the generation batch of all ranks "
-       "(`train.per_device_train_batch_size` x ranks x steps per generation) is a multiple of "
+      {"`[tools.NAME]` and `[environment]` exclude `distributed.generation_ranks > 0` (the generation ranks do not run the "
+       "tool loop yet)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks == 0 || !c.agentic()) return "";
+         return "tools and environments ([tools.NAME], [environment]) cannot be used with distributed.generation_ranks > 0 "
+                "yet: the generation ranks sample single-turn completions";
+       }},
+      {"`train.replay_rollouts` excludes `distributed.generation_ranks > 0` (replayed completions are not generated)", false,
+       [](const Config& c, int64_t) -> std::string {
+         if (c.distributed.generation_ranks == 0 || c.train.replay_rollouts.empty()) return "";
+         return "train.replay_rollouts cannot be used with distributed.generation_ranks > 0: replayed completions are "
+                "read from the file, there is nothing for generation ranks to do";
+       }},
+      {"at start, with the number of ranks known: `distributed.generation_ranks` leaves at least one rank to train",
+       true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         if (c.training_ranks(world_size) >= 1) return "";
+         return str("distributed.generation_ranks = ", c.distributed.generation_ranks, " with ", world_size,
+                    " rank(s) leaves no rank to train: use fewer than ", world_size, " generation ranks");
+       }},
+      {"at start, with the number of ranks known: `grpo.generation_batch_size` is a multiple of "
+       "`train.per_device_train_batch_size` x training ranks (all ranks but the generation ranks)", true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         const int64_t ranks = c.training_ranks(world_size);
+         const int64_t global_batch = c.train.per_device_train_batch_size * ranks;
+         if (ranks < 1 || c.grpo.generation_batch_size == 0 || c.grpo.generation_batch_size % global_batch == 0) return "";
+         return str("grpo.generation_batch_size = ", c.grpo.generation_batch_size,
+                    " must be a multiple of train.per_device_train_batch_size x training ranks = ",
+                    c.train.per_device_train_batch_size, " x ", ranks, " = ", global_batch);
+       }},
+      {"at start, with the number of ranks known: the generation batch of all training ranks "
+       "(`train.per_device_train_batch_size` x training ranks x steps per generation) is a multiple of "
        "`grpo.num_generations`, as TRL asks; a group may span ranks", true,
        [](const Config& c, int64_t world_size) -> std::string {
-         const int64_t generation_batch = c.global_generation_batch(world_size);
+         const int64_t ranks = c.training_ranks(world_size);
+         if (ranks < 1) return "";
+         const int64_t generation_batch = c.global_generation_batch(ranks);
          if (generation_batch % c.grpo.num_generations == 0) return "";
          return str("the generation batch (train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
-                    " x ", world_size, " ranks x steps_per_generation ", c.effective_steps_per_generation(world_size),
+                    " x ", ranks, " training ranks x steps_per_generation ", c.effective_steps_per_generation(ranks),
                     " = ", generation_batch, " completions) must be a multiple of grpo.num_generations = ",
                     c.grpo.num_generations);
+       }},
+      {"at start, with the number of ranks known: each generation rank has at least one completion of a "
+       "generation to sample", true,
+       [](const Config& c, int64_t world_size) -> std::string {
+         // a training rank's slice is shared by at most ceil(K / training ranks) generation ranks
+         const int64_t ranks = c.training_ranks(world_size), generators = c.distributed.generation_ranks;
+         if (ranks < 1 || generators == 0) return "";
+         const int64_t per_rank = c.global_generation_batch(ranks) / ranks, sharing = (generators + ranks - 1) / ranks;
+         if (per_rank >= sharing) return "";
+         return str("distributed.generation_ranks = ", generators, " with ", ranks, " training rank(s): up to ", sharing,
+                    " generation ranks share one training rank's ", per_rank,
+                    " completions of a generation; use fewer generation ranks or more completions per rank");
        }},
   };
 }
@@ -815,6 +952,11 @@ const std::vector<CrossFieldRule>& cross_field_rules() {
     std::vector<CrossFieldRule> all = first_rules();
     for (auto& rule : reward_rules()) all.push_back(std::move(rule));
     for (auto& rule : other_rules()) all.push_back(std::move(rule));
+    all.push_back({"every `[tools.NAME]` table has a `command`", false, [](const Config& c, int64_t) -> std::string {
+                     for (const auto& [name, t] : c.tools)
+                       if (t.command.empty()) return str("[tools.", name, "] has no command");
+                     return "";
+                   }});
     return all;
   }();
   return rules;
@@ -855,7 +997,7 @@ std::string config_to_toml(const Config& config) {
     }
     out << f.name.substr(section.size() + 1) << " = " << f.show(config) << "\n";
   }
-  return out.str() + named_reward_tables_toml(config.reward);
+  return out.str() + named_reward_tables_toml(config.reward) + tool_tables_toml(config);
 }
 
 std::string config_hash(const Config& config) {
@@ -863,10 +1005,18 @@ std::string config_hash(const Config& config) {
   for (const ConfigField& f : config_fields()) {
     const std::string section = f.name.substr(0, f.name.find('.'));
     static const std::set<std::string> decisive = {"model", "tokenizer", "data", "generation", "reward"};
+    // the engine's settings change how rows are scheduled, not what they hold
+    static const std::set<std::string> scheduling = {"generation.slots", "generation.prefill_chunk",
+                                                     "generation.sync_interval", "generation.cuda_graphs"};
+    if (scheduling.count(f.name)) continue;
     if (decisive.count(section) || f.name == "grpo.num_generations") material += f.name + "=" + f.show(config) + "\n";
   }
-  // named reward tables only when present, so hashes of configs without them stay as they were
-  return fnv1a64_hex(material + named_reward_tables_toml(config.reward));
+  // named reward tables, tools and the environment only when present, so hashes of configs without
+  // them stay as they were
+  if (config.agentic())
+    for (const ConfigField& f : config_fields())
+      if (f.name.rfind("environment.", 0) == 0 || f.name.rfind("agent.", 0) == 0) material += f.name + "=" + f.show(config) + "\n";
+  return fnv1a64_hex(material + named_reward_tables_toml(config.reward) + tool_tables_toml(config));
 }
 
 }  // namespace rayless

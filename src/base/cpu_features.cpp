@@ -42,6 +42,22 @@ bool cpu_has_fma() {
 #endif
 }
 
+bool cpu_has_amx_bf16() {
+#ifdef RAYLESS_X86_KERNELS
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = (edx >> 22) & 1, amx_tile = (edx >> 24) & 1, avx512f = (ebx >> 16) & 1;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    const bool avx512_bf16 = (eax >> 5) & 1;
+    return amx_bf16 && amx_tile && avx512f && avx512_bf16;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_bfloat16_units() {
 #ifdef RAYLESS_X86_KERNELS
   static const bool has = [] {

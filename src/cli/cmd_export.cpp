@@ -8,9 +8,10 @@
 #include "cli/options.h"
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace fs = std::filesystem;
 

@@ -11,12 +11,13 @@
 #include "rayless/base/config.h"
 #include "rayless/base/failure_message.h"
 #include "rayless/base/log.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/sampler/sampler.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/runtime/available_memory.h"
 #include "rayless/trainer/resource_bounds.h"
 
@@ -127,9 +128,9 @@ int generate(const Args& args) {
   params.max_new_tokens = max_new_tokens;
   params.greedy = params.greedy || vm.count("greedy") > 0;
   params.return_logprobs = true;
-  torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  const SamplingStream stream(static_cast<uint64_t>(seed));
   const MemoryPhase generating(str("generating up to ", max_new_tokens, " tokens"));
-  const GenerationOutput out = generate(model, {prompt_ids}, params, generator, tokenizer.get());
+  const GenerationOutput out = generate(model, {prompt_ids}, params, stream, tokenizer.get());
 
   std::vector<int64_t> completion;
   std::vector<double> logprobs;

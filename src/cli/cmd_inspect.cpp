@@ -16,7 +16,7 @@
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
 #include "rayless/rollout/rollout_store.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -118,6 +118,46 @@ double marking_threshold(const Loaded& l, double quantile) {
   return e.numel() ? torch::quantile(e, quantile).item<double>() : std::nan("");
 }
 
+// A tool-calling completion turn by turn: who wrote each span (the model, or a tool / the environment,
+// whose tokens the loss leaves out), the calls and their results.
+void show_conversation(const Rollouts& r, int64_t i, const std::vector<int64_t>& ids,
+                       const std::shared_ptr<Tokenizer>& tokenizer) {
+  nlohmann::json record;
+  try {
+    record = nlohmann::json::parse(r.conversations[static_cast<size_t>(i)]);
+  } catch (const nlohmann::json::exception&) {
+    std::cout << "  (conversation record unreadable)\n";
+    return;
+  }
+  std::cout << "  conversation: " << record.value("tool_calls", 0) << " tool call(s), " << record.value("tool_failures", 0)
+            << " failed\n";
+  const int64_t begin = r.completion_offsets[i].item<int64_t>();
+  int turn = 0;
+  for (const auto& span : record.value("turns", nlohmann::json::array())) {
+    const size_t start = span.value("start", size_t(0)), end = std::min(span.value("end", size_t(0)), ids.size());
+    if (start >= end) continue;
+    const bool by_model = span.value("by", "") == "model";
+    int64_t masked = 0;
+    if (r.tool_mask.defined())
+      for (size_t t = start; t < end; ++t) masked += !r.tool_mask[begin + static_cast<int64_t>(t)].item<bool>();
+    std::cout << "  turn " << turn++ << (by_model ? " [model]" : " [tool, out of the loss]") << " tokens " << start << ".."
+              << end << (masked > 0 && by_model ? str(" (", masked, " masked!)") : "") << ":\n    "
+              << decode(tokenizer, std::vector<int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                                                        ids.begin() + static_cast<std::ptrdiff_t>(end)))
+              << "\n";
+  }
+  for (const auto& message : record.value("messages", nlohmann::json::array())) {
+    if (message.contains("tool_calls"))
+      for (const auto& call : message["tool_calls"])
+        std::cout << "  call:   " << call["function"].value("name", "?") << "("
+                  << call["function"].value("arguments", nlohmann::json::object()).dump() << ")\n";
+    if (message.value("role", "") == "tool")
+      std::cout << "  result: " << message.value("name", "?") << " -> "
+                << (message["content"].is_string() ? message["content"].get<std::string>() : message["content"].dump())
+                << (message.value("failed", false) ? "  (failed)" : "") << "\n";
+  }
+}
+
 void show(const Loaded& l, int64_t count, const std::shared_ptr<Tokenizer>& tokenizer, double quantile) {
   const Rollouts& r = l.rollouts;
   const double threshold = marking_threshold(l, quantile);
@@ -135,12 +175,14 @@ void show(const Loaded& l, int64_t count, const std::shared_ptr<Tokenizer>& toke
     std::cout << "\n  prompt:     " << decode(tokenizer, ids_of(r.prompt_ids, r.prompt_offsets, i)) << "\n";
     const std::vector<int64_t> ids = ids_of(r.completion_ids, r.completion_offsets, i);
     std::cout << "  completion: " << decode(tokenizer, ids) << "\n";
+    if (!r.conversations.empty()) show_conversation(r, i, ids, tokenizer);
     if (!r.entropies.defined() || std::isnan(threshold)) continue;
     std::string marked;
     const int64_t begin = r.completion_offsets[i].item<int64_t>();
     for (size_t j = 0; j < ids.size(); ++j) {
       const std::string token = tokenizer ? tokenizer->decode({ids[j]}) : std::to_string(ids[j]) + " ";
-      const bool high = r.completion_mask[begin + j].item<bool>() &&
+      const bool by_model = !r.tool_mask.defined() || r.tool_mask[begin + j].item<bool>();  // tools' tokens: never marked
+      const bool high = r.completion_mask[begin + j].item<bool>() && by_model &&
                         r.entropies[begin + j].item<double>() >= threshold;
       marked += high ? "[[" + token + "]]" : token;
     }
@@ -189,6 +231,15 @@ void export_rows(const std::vector<Loaded>& loaded, const std::string& format, c
         for (size_t k = 0; k < l.attrs.reward_names.size(); ++k)
           per_func[l.attrs.reward_names[k]] = number(r.rewards_per_func[i][k].item<double>());
         row["rewards_per_func"] = per_func;
+        if (r.tool_mask.defined())
+          row["model_tokens"] = r.tool_mask.slice(0, begin, end).sum().item<int64_t>();
+        if (!r.conversations.empty()) {
+          try {
+            row["conversation"] = nlohmann::json::parse(r.conversations[static_cast<size_t>(i)]);
+          } catch (const nlohmann::json::exception&) {
+            row["conversation"] = r.conversations[static_cast<size_t>(i)];
+          }
+        }
         out << row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       } else {
         out << r.step << "," << l.entry.rank << "," << i << "," << r.group_index[i].item<int64_t>() << ","
@@ -234,6 +285,7 @@ void summarise(const std::vector<Loaded>& loaded) {
   for (const auto& [step, parts] : by_step) {
     std::vector<torch::Tensor> rewards, per_func, advantages, lengths, truncated;
     std::vector<double> thresholds;
+    int64_t tool_tokens = 0, all_tokens = 0, tool_calls = 0;
     for (const Loaded* l : parts) {
       rewards.push_back(l->rollouts.rewards.to(torch::kFloat64));
       per_func.push_back(l->rollouts.rewards_per_func);
@@ -241,6 +293,16 @@ void summarise(const std::vector<Loaded>& loaded) {
       lengths.push_back(lengths_of(l->rollouts).to(torch::kFloat64));
       truncated.push_back(l->rollouts.truncated.to(torch::kFloat64));
       if (!std::isnan(l->attrs.entropy_threshold)) thresholds.push_back(l->attrs.entropy_threshold);
+      if (l->rollouts.tool_mask.defined()) {
+        tool_tokens += static_cast<int64_t>((~l->rollouts.tool_mask).sum().item<int64_t>());
+        all_tokens += l->rollouts.tool_mask.numel();
+      }
+      for (const std::string& text : l->rollouts.conversations) {
+        try {
+          tool_calls += nlohmann::json::parse(text).value("tool_calls", 0);
+        } catch (const nlohmann::json::exception&) {
+        }
+      }
     }
     const torch::Tensor r = torch::cat(rewards), a = torch::cat(advantages), len = torch::cat(lengths);
     const int64_t n = r.numel();
@@ -256,7 +318,11 @@ void summarise(const std::vector<Loaded>& loaded) {
               << (n ? len.min().item<int64_t>() : 0) << " max " << (n ? len.max().item<int64_t>() : 0) << " truncated "
               << fixed(n ? torch::cat(truncated).mean().item<double>() : NAN, 3) << " | zero-std groups "
               << fixed(zero_std_group_fraction(parts), 3) << " | entropy threshold "
-              << (thresholds.empty() ? std::string("-") : fixed(thresholds.front())) << "\n";
+              << (thresholds.empty() ? std::string("-") : fixed(thresholds.front()));
+    if (all_tokens > 0)
+      std::cout << " | tool calls " << tool_calls << ", tool tokens " << tool_tokens << " of " << all_tokens
+                << " (out of the loss)";
+    std::cout << "\n";
   }
 }
 

@@ -8,7 +8,7 @@
 #include "rayless/base/config.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
 

@@ -3,16 +3,14 @@
 #include <torch/version.h>
 
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/allocator_delays.h"
 #include "cli/onednn_cache.h"
 #include "cli/options.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/avx2_linear.h"
-#include "rayless/model/decode_attention.h"
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
+#include "rayless/ops/kernel_plan.h"
 
 namespace rayless::cli {
 
@@ -32,6 +30,9 @@ int version(const Args& args) {
   std::string onednn_cache = onednn_kernel_cache_capacity();
   onednn_cache = onednn_cache.empty() ? "1024 kernels (oneDNN's default)" : onednn_cache + " kernels";
   const CommunicatorBackend* nccl = find_communicator_backend("nccl");
+  // the kernel plan: every op (or case of one), what runs it here and why (docs/kernels.md); built
+  // first, so that a bad kernel switch is one error line before any output
+  const std::vector<std::string> kernels = ops::kernel_plan().describe();
   std::cout << "rayless " << RAYLESS_VERSION << "\n"
             << "libtorch " << TORCH_VERSION << " (CUDA " << (at::hasCUDA() ? "yes" : "no") << ")\n"
             << "nccl " << (nccl ? nccl->library_version() : "not built (configure with -DRAYLESS_CUDA=ON and a CUDA LibTorch)")
@@ -39,12 +40,9 @@ int version(const Args& args) {
             << "mpi " << mpi << "\n"
             << "hdf5 " << h5_major << "." << h5_minor << "." << h5_release << "\n"
             << "allocator " << allocator << "\n"
-            << "onednn kernel cache " << onednn_cache << "\n"
-            << "float32 decoding " << avx2::describe() << "\n"
-            << "float32 decode attention " << describe_decode_attention() << "\n"
-            << "float32 decode rms_norm " << describe_decode_rms_norm() << "\n"
-            << "float32 decode silu*up " << describe_decode_silu_times() << "\n"
-            << "bfloat16 decoding " << amx::describe() << std::endl;
+            << "onednn kernel cache " << onednn_cache << std::endl;
+  for (const std::string& entry : kernels) std::cout << "kernel " << entry << "\n";
+  std::cout.flush();
   return 0;
 }
 

@@ -146,6 +146,18 @@ class MpiCommunicator final : public Communicator {
     check_mpi(MPI_Barrier(comm_), "barrier");
   }
 
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    {
+      CollectiveGuard guard("split");
+      check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &part), "split");
+    }
+    if (part == MPI_COMM_NULL) return nullptr;
+    auto out = make_mpi_communicator(part);  // duplicates it
+    MPI_Comm_free(&part);
+    return out;
+  }
+
  private:
   static void check_cpu(const torch::Tensor& tensor, const char* what) {
     runtimeCheck(tensor.defined() && tensor.device().is_cpu(), what,
@@ -172,6 +184,9 @@ class SingleCommunicator final : public Communicator {
     output.view({-1}).copy_(input.reshape({-1}));
   }
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int color, int) override {
+    return color < 0 ? nullptr : make_single_communicator();
+  }
 };
 
 }  // namespace

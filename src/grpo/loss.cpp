@@ -5,6 +5,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
+#include "rayless/grpo/importance_sampling.h"
 
 namespace rayless {
 
@@ -84,6 +85,7 @@ LossSettings loss_settings_from_config(const Config& config, int64_t num_process
   s.num_processes = num_processes;
   s.sapo_temperature_pos = config.grpo.sapo_temperature_pos;
   s.sapo_temperature_neg = config.grpo.sapo_temperature_neg;
+  if (config.grpo.off_policy_mask_threshold > 0) s.off_policy_mask_threshold = config.grpo.off_policy_mask_threshold;
   check_loss_settings(s);
   return s;
 }
@@ -107,6 +109,11 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   if (in.old_per_token_logps.defined()) check_same_shape(in.old_per_token_logps, logps, "old_per_token_logps");
   if (in.entropies.defined()) check_same_shape(in.entropies, logps, "entropies");
   if (in.entropy_mask.defined()) check_same_shape(in.entropy_mask, logps, "entropy_mask");
+  if (in.sampling_per_token_logps.defined()) check_same_shape(in.sampling_per_token_logps, logps, "sampling_per_token_logps");
+  if (in.importance_sampling_ratio.defined())
+    inputCheck(in.importance_sampling_ratio.dim() == 2 && in.importance_sampling_ratio.size(0) == batch &&
+                   (in.importance_sampling_ratio.size(1) == 1 || in.importance_sampling_ratio.size(1) == logps.size(1)),
+               "loss: importance_sampling_ratio must be [B, T] or [B, 1], got ", in.importance_sampling_ratio.sizes());
   inputCheck(in.advantages.defined() && in.advantages.dim() == 1 && in.advantages.size(0) == batch,
              "loss: advantages must be [", batch, "], got shape ",
              in.advantages.defined() ? in.advantages.sizes() : torch::IntArrayRef{});
@@ -119,6 +126,13 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   auto mask = in.completion_mask.to(dtype);
   auto advantages = in.advantages.to(dtype).unsqueeze(1);  // [B, 1]
   auto old_logps = in.old_per_token_logps.defined() ? in.old_per_token_logps.to(dtype) : logps.detach();
+
+  // the off-policy sequence mask looks at the sampling log-probs where another engine gave them (TRL)
+  torch::Tensor keep;
+  if (s.off_policy_mask_threshold)
+    keep = off_policy_mask(in.advantages, logps,
+                           in.sampling_per_token_logps.defined() ? in.sampling_per_token_logps : old_logps, mask,
+                           *s.off_policy_mask_threshold);
 
   // importance weights: per token, or the sequence's mean log-ratio (GSPO) -> [B, 1]
   auto log_ratio = logps - old_logps;
@@ -152,7 +166,9 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
     if (s.delta) coef_1 = coef_1.clamp_max(*s.delta);  // also what the clip metrics see, as in TRL
     per_token_loss = -torch::min(coef_1 * advantages, coef_2 * advantages);
   }
+  if (keep.defined()) per_token_loss = per_token_loss * keep;
   if (in.entropy_mask.defined()) per_token_loss = per_token_loss * in.entropy_mask.to(dtype);
+  if (in.importance_sampling_ratio.defined()) per_token_loss = per_token_loss * in.importance_sampling_ratio.to(dtype);
   if (s.beta != 0.0) per_token_loss = per_token_loss + s.beta * per_token_kl;
 
   const double accumulation = static_cast<double>(s.gradient_accumulation_steps);
@@ -177,6 +193,8 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   LossOutput out;
   out.loss = loss;
   add_loss_metrics(out, in, s, mask, coef_1, advantages, per_token_kl);
+  if (keep.defined())
+    out.means["sampling/off_policy_masked_fraction"] = MeanPart{(1 - keep).sum().item<double>(), static_cast<double>(batch)};
   return out;
 }
 

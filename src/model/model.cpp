@@ -5,24 +5,12 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <ATen/ops/silu_backward.h>
 #include <set>
 
-#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
-#include "rayless/model/attention_kernel.h"
-#include "rayless/model/autocast_linear.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/decode_attention.h"
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
-#include "rayless/model/decoding_rotary.h"
-#include "rayless/model/length_buckets.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/rms_norm.h"
-#include "rayless/model/rotary_embedding.h"
-#include "rayless/model/silu_times_backward.h"
+#include "rayless/ops/autocast_scope.h"
 
 namespace rayless {
 
@@ -229,6 +217,16 @@ std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<i
 // ---- KV cache ----------------------------------------------------------------------------------
 
 std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& k, const torch::Tensor& v) {
+  if (write_positions.defined()) {  // slot mode: one token per row, at the row's own position
+    const int64_t rows = k.size(0);
+    runtimeCheck(layer < keys.size() && k.size(2) == 1 && keys[layer].size(0) >= rows,
+                 "KVCache: slot mode takes one token per row of a preallocated cache");
+    auto kc = keys[layer].narrow(0, 0, rows), vc = values[layer].narrow(0, 0, rows);
+    const auto index = write_positions.view({rows, 1, 1, 1}).expand({rows, k.size(1), 1, k.size(3)});
+    kc.scatter_(2, index, k.to(kc.scalar_type()));
+    vc.scatter_(2, index, v.to(vc.scalar_type()));
+    return {kc.narrow(2, 0, attend_length), vc.narrow(2, 0, attend_length)};
+  }
   if (keys.size() <= layer) {
     keys.resize(layer + 1);
     values.resize(layer + 1);
@@ -241,7 +239,7 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torc
     const int64_t capacity = std::max(start + t, capacity_hint);
     // Under autocast the attention casts keys and values to the autocast dtype at every call: stored
     // in it, each token is cast once, as it arrives, rather than the whole cache at every step.
-    const auto dtype = autocast_compute_dtype(k.device().type(), k.scalar_type());
+    const auto dtype = ops::autocast_compute_dtype(k.device().type(), k.scalar_type());
     auto grown_k = torch::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options().dtype(dtype));
     auto grown_v = torch::empty({v.size(0), v.size(1), capacity, v.size(3)}, v.options().dtype(dtype));
     if (kc.defined() && start > 0) {
@@ -267,20 +265,15 @@ void KVCache::select_rows(const torch::Tensor& index) {
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) { weight = register_parameter("weight", torch::ones({dim})); }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // a decode step's float32 norm in one pass (decode_rms_norm.h), else LibTorch's operators
-  if (auto out = decode_rms_norm(x, weight, eps); out.defined()) return out;
-  return rms_norm(x, weight, eps);
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
 namespace {
 torch::Tensor apply_rope(const torch::Tensor& x, const RotaryTables& rope) {  // x [B, H, T, D]
-  return apply_rotary(x, rope.cos.unsqueeze(1), rope.sin.unsqueeze(1));
+  return ops::apply_rotary(x, rope.cos.unsqueeze(1), rope.sin.unsqueeze(1));
 }
-// A packed pass's attention runs in length buckets (length_buckets.h): on the CPU, for more than one
-// position per row (a decode step has nothing to bucket).
+// A packed pass's attention runs in length buckets where the ops say so (ops::attends_in_buckets).
 bool attends_in_buckets(const torch::Tensor& token_index, int64_t positions_per_row) {
-  return token_index.defined() && positions_per_row > 1 && token_index.device().is_cpu();
+  return token_index.defined() && ops::attends_in_buckets(token_index.device(), positions_per_row);
 }
 // The tables at the packed tokens (flat positions of [B, T]), unless already gathered.
 RotaryTables packed_rotary_tables(const RotaryTables& rope, const torch::Tensor& token_index) {
@@ -324,8 +317,8 @@ torch::Tensor to_padded(const torch::Tensor& projected, int64_t rows, int64_t po
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(const torch::Tensor& x) {
   torch::Tensor q, k, v;
-  if (decoding_qkv.defined() && !torch::GradMode::is_enabled()) {
-    auto qkv = decoding_qkv(x).view({-1, num_heads + 2 * num_kv_heads, head_dim});
+  if (generation_qkv.defined() && !torch::GradMode::is_enabled()) {
+    auto qkv = generation_qkv(x).view({-1, num_heads + 2 * num_kv_heads, head_dim});
     q = qkv.narrow(1, 0, num_heads);
     k = qkv.narrow(1, num_heads, num_kv_heads);
     v = qkv.narrow(1, num_heads + num_kv_heads, num_kv_heads);
@@ -342,32 +335,26 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> AttentionImpl::project(c
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& attended) {
-  return decoding_o.defined() && !torch::GradMode::is_enabled() ? decoding_o(attended) : o_proj(attended);
+  return generation_o.defined() && !torch::GradMode::is_enabled() ? generation_o(attended) : o_proj(attended);
 }
 
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(double(head_dim)); }
 
 torch::Tensor AttentionImpl::attend_padded(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                            const PackedGrid& grid) const {
-  // a decode step's float32 attention in one pass (decode_attention.h), else LibTorch's, with
-  // grouped-query attention (each kv head serves a group of query heads) inside the kernel: no
-  // repeated copy of the keys and values
-  auto out = decode_attention(q, k, v, grid.mask, scale());  // undefined where it does not apply
-  if (!out.defined())
-    out = scaled_attention(q, k, v, grid.mask, scale(), num_kv_heads != num_heads)
-              .transpose(1, 2)
-              .reshape({grid.rows, grid.positions, num_heads * head_dim});
+  // grouped-query attention (each kv head serves a group of query heads) inside the op
+  const auto out = ops::padded_attention(q, k, v, grid.mask, scale(), num_kv_heads != num_heads);
   if (!grid.token_index.defined()) return out;
   return out.view({grid.rows * grid.positions, num_heads * head_dim}).index_select(0, grid.token_index);
 }
 
 torch::Tensor AttentionImpl::attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                            const PackedGrid& grid) const {
-  // Rows of unequal length: the queries attended in buckets of like length (length_buckets.h),
-  // padded only to their bucket's length.
+  // Rows of unequal length: the queries attended in buckets of like length, padded only to their
+  // bucket's length.
   if (attends_in_buckets(grid.token_index, grid.positions))
-    return bucketed_attention(q, k, v, grid.mask, grid.token_index, scale(), num_kv_heads != num_heads,
-                              kAttentionCallCost);
+    return ops::bucketed_attention(q, k, v, grid.mask, grid.token_index, scale(), num_kv_heads != num_heads,
+                                   ops::kAttentionCallCost);
   return attend_padded(to_padded(q, grid.rows, grid.positions, grid.token_index), k, v, grid);
 }
 
@@ -380,16 +367,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
     // the rotary embedding on the packed tokens; the keys and values in the padded layout (for the
     // cache and the attention)
     const RotaryTables packed_rope = packed_rotary_tables(rope, token_index);
-    q = apply_rotary(q, packed_rope.packed_cos, packed_rope.packed_sin);
-    k = to_padded(apply_rotary(k, packed_rope.packed_cos, packed_rope.packed_sin), b, t, token_index);
+    q = ops::apply_rotary(q, packed_rope.packed_cos, packed_rope.packed_sin);
+    k = to_padded(ops::apply_rotary(k, packed_rope.packed_cos, packed_rope.packed_sin), b, t, token_index);
     v = to_padded(v, b, t, token_index);
     if (cache) std::tie(k, v) = cache->append(layer_index, k, v);
     return output(attend_packed(q, k, v, PackedGrid{token_index, mask, b, t}));
   }
-  if (t == 1 && !token_index.defined() && !torch::GradMode::is_enabled() && rotates_for_decoding(q, k, rope.cos, rope.sin)) {
-    // a decode step: q and k rotated in one pass, straight into the dtype the attention computes in
-    // (autocast's, as its cast and the cache's would give), the same bits as the operators below
-    std::tie(q, k) = rotate_for_decoding(q, k, rope.cos, rope.sin, autocast_compute_dtype(q.device().type(), torch::kFloat32));
+  if (t == 1 && !token_index.defined() && !torch::GradMode::is_enabled()) {
+    std::tie(q, k) = ops::decode_rotary(q, k, rope.cos, rope.sin);  // a decode step
   } else {
     q = apply_rope(to_padded(q, b, t, token_index), rope);
     k = apply_rope(to_padded(k, b, t, token_index), rope);
@@ -402,8 +387,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RotaryTables&
 torch::Tensor AttentionImpl::forward_sharing_prompts(const torch::Tensor& x, const SharedPromptLayout& layout) {
   torch::Tensor q, k, v;
   std::tie(q, k, v) = project(x);
-  q = apply_rotary(q, layout.cos, layout.sin);
-  k = apply_rotary(k, layout.cos, layout.sin);
+  q = ops::apply_rotary(q, layout.cos, layout.sin);
+  k = ops::apply_rotary(k, layout.cos, layout.sin);
   const PackedGrid& prompts = layout.prompts;
   const PackedGrid& completions = layout.completions;
   const int64_t np = prompts.token_index.size(0), nc = x.size(0) - np;
@@ -411,7 +396,7 @@ torch::Tensor AttentionImpl::forward_sharing_prompts(const torch::Tensor& x, con
   // each call to the same values), so that the completions' copies move half the bytes under autocast
   const auto as_cached = [](const torch::Tensor& projected, const PackedGrid& grid) {
     const auto padded = to_padded(projected, grid.rows, grid.positions, grid.token_index);
-    return padded.to(autocast_compute_dtype(padded.device().type(), padded.scalar_type()));
+    return padded.to(ops::autocast_compute_dtype(padded.device().type(), padded.scalar_type()));
   };
   // the prompts' tokens, then the completions': one split each, whose backward joins the two parts'
   // gradients (two narrows would each spread theirs over a full-size zero tensor, then add the two)
@@ -435,89 +420,19 @@ MLPImpl::MLPImpl(const ModelArchConfig& c) {
   down_proj = register_module("down_proj", projection(c.intermediate_size, c.hidden_size, false));
 }
 
-namespace {
-// silu(gate) * up, keeping only gate and up for backward (autograd's two ops would also keep
-// silu(gate), an intermediate-sized tensor per token and layer: the largest activation of training).
-// The backward is autograd's own arithmetic (mul's and silu_backward), so gradients are bit-for-bit
-// the same.
-struct SiluTimes : public torch::autograd::Function<SiluTimes> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
-    ctx->save_for_backward({gate, up});
-    return torch::silu(gate) * up;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const auto& gate = saved[0];
-    const auto& up = saved[1];
-    const auto& grad = grad_outputs[0];
-    return {at::silu_backward(grad * up, gate), grad * torch::silu(gate)};
-  }
-};
-}  // namespace
-
-torch::Tensor silu_times(const torch::Tensor& gate, const torch::Tensor& up) {
-  if (!torch::GradMode::is_enabled()) return torch::silu(gate) * up;
-  return SiluTimes::apply(gate, up);
-}
-
-namespace {
-// silu(gate) * up, then the down projection (no bias), keeping gate, up and the weight: the product,
-// an intermediate-sized tensor per token and layer, is recomputed in backward instead of kept as the
-// projection's saved input. Under autocast gate and up are already in the compute dtype and the weight
-// is cast to it, as autocast_linear does. The backward is autograd's arithmetic for the linear
-// (linear_grads), the weight's cast and SiluTimes, the last in one pass in bfloat16
-// (silu_times_backward.h: every element autograd's or a neighbouring bfloat16 value).
-struct SiluTimesDown : public torch::autograd::Function<SiluTimesDown> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& gate,
-                               const torch::Tensor& up, const torch::Tensor& weight) {
-    ctx->save_for_backward({gate, up, weight});
-    return bfloat16_aware_linear(torch::silu(gate) * up, weight.to(gate.scalar_type()), torch::Tensor());
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const auto& gate = saved[0];
-    const auto& up = saved[1];
-    const auto& weight = saved[2];
-    // the product's gradient first (the down projection's input gradient, as linear_grads computes
-    // it), then gate's and up's with the product recomputed in one pass, then the weight's
-    const torch::Tensor grad_2d = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});
-    const torch::Tensor grad_product = bfloat16_aware_mm(grad_2d, weight.to(gate.scalar_type())).reshape(gate.sizes());
-    const SiluTimesGrads elementwise = silu_times_backward(gate, up, grad_product);
-    return {elementwise.grad_gate, elementwise.grad_up,
-            linear_weight_grad(grad_outputs[0], elementwise.product).to(weight.scalar_type())};
-  }
-};
-}  // namespace
-
 torch::Tensor silu_times_down(const torch::Tensor& gate, const torch::Tensor& up, const Projection& down) {
-  if (!torch::GradMode::is_enabled() || down->bias.defined() || down->has_lora()) return {};
-  const torch::Tensor& weight = down->weight;
-  // checked bit for bit on the CPU only, as autocast_linear: GPUs keep autograd's linear until a device
-  // run compares them
-  if (!weight.device().is_cpu()) return {};
-  if (!weight.requires_grad() || !gate.is_contiguous() || !up.is_contiguous() || gate.sizes() != up.sizes() ||
-      gate.scalar_type() != up.scalar_type() || (gate.dim() != 2 && gate.dim() != 3))
-    return {};
-  // the dtype the down projection computes in, which the product must have: autocast's for a float32
-  // weight it lowers, else the weight's
-  if (gate.scalar_type() != autocast_compute_dtype(weight.device().type(), weight.scalar_type())) return {};
-  return SiluTimesDown::apply(gate, up, weight);
+  // the product is recomputed from the plain down weight: no bias, no adapter
+  if (down->bias.defined() || down->has_lora()) return {};
+  return ops::silu_times_down(gate, up, down->weight);
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  if (decoding_gate_up.defined() && !torch::GradMode::is_enabled()) {
-    const auto gate_up = decoding_gate_up(x);
-    // silu(gate) * up in one pass (decode_silu_times.h), else LibTorch's silu and product
-    if (auto product = decode_silu_times(gate_up); product.defined()) return decoding_down(product);
-    const int64_t intermediate = gate_up.size(-1) / 2;
-    return decoding_down(torch::silu(gate_up.narrow(-1, 0, intermediate)) * gate_up.narrow(-1, intermediate, intermediate));
-  }
+  if (generation_gate_up.defined() && !torch::GradMode::is_enabled())
+    return generation_down(ops::decode_silu_times(generation_gate_up(x)));
   const auto gate = gate_proj(x);
   const auto up = up_proj(x);
   if (auto out = silu_times_down(gate, up, down_proj); out.defined()) return out;
-  return down_proj(silu_times(gate, up));
+  return down_proj(ops::silu_times(gate, up));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelArchConfig& c) {
@@ -585,7 +500,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
-      AutocastScope autocast(ctx->saved_data["autocast"].toBool(), x.device(),
+      ops::AutocastScope autocast(ctx->saved_data["autocast"].toBool(), x.device(),
                              static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt()));
       out = layer->forward(x, rope, mask, nullptr, 0, token_index);
     }
@@ -708,12 +623,34 @@ torch::Tensor CausalLMImpl::forward_hidden_sharing_prompts(const SharedPromptBat
   return model->norm(h);
 }
 
+torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, const torch::Tensor& positions,
+                                          KVCache& cache) {
+  const int64_t b = input_ids.size(0);
+  runtimeCheck(cache.attend_length > 0 && positions.numel() == b, "forward_slots: ", b, " tokens, ", positions.numel(),
+               " positions, attend_length ", cache.attend_length);
+  auto h = model->embed_tokens(input_ids.view({b, 1}));
+  const RotaryTables rope = rotary_.tables(positions.view({b, 1}), h.scalar_type(), &cache.rope_state);
+  // key j of slot b is visible to its query at position p_b when j <= p_b (and p_b - j < window on
+  // sliding layers): the slot's own sequence from position 0, the new token written at p_b first
+  const auto key_positions = torch::arange(cache.attend_length, positions.options()).view({1, 1, 1, -1});
+  const auto query_positions = positions.view({b, 1, 1, 1});
+  AttentionMasks masks;
+  masks.full = key_positions <= query_positions;
+  const AttentionLayout& layout = config_.attention;
+  if (layout.any_sliding()) masks.sliding = masks.full & (key_positions > query_positions - layout.sliding_window);
+  cache.write_positions = positions;
+  for (size_t i = 0; i < model->layers->size(); ++i)
+    h = model->layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, masks.for_layer(layout, i), &cache, i);
+  cache.write_positions = torch::Tensor();
+  return model->norm(h).reshape({b, -1});
+}
+
 torch::Tensor CausalLMImpl::lm_head_weight() const {
   return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
 torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {
-  return linear_as_autocast(hidden, lm_head_weight(), torch::Tensor());
+  return ops::linear_as_autocast(hidden, lm_head_weight(), torch::Tensor());
 }
 
 torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
@@ -770,31 +707,31 @@ std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::hf_state() cons
 
 // The dtype a projection computes in now: autocast's (train.bf16) when it is on for the model's
 // device and would lower the weights' dtype, else the weights' own.
-torch::ScalarType decoding_compute_dtype(const CausalLM& model) {
-  return autocast_compute_dtype(model->device().type(), model->model->embed_tokens->weight.scalar_type());
+torch::ScalarType generation_compute_dtype(const CausalLM& model) {
+  return ops::autocast_compute_dtype(model->device().type(), model->model->embed_tokens->weight.scalar_type());
 }
 
-FusedDecodingWeights::FusedDecodingWeights(CausalLM& model) : model_(model) {
+FusedGenerationWeights::FusedGenerationWeights(CausalLM& model) : model_(model) {
   if (has_lora_adapters(model_)) return;  // an adapter adds to its own projection's output
-  const auto dtype = decoding_compute_dtype(model_);
+  const auto dtype = generation_compute_dtype(model_);
   for (size_t i = 0; i < model_->model->layers->size(); ++i) {
     auto layer = model_->model->layers->ptr<DecoderLayerImpl>(i);
     auto& attn = *layer->self_attn;
     auto& mlp = *layer->mlp;
-    attn.decoding_qkv = DecodingLinear({attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight},
-                                       {attn.q_proj->bias, attn.k_proj->bias, attn.v_proj->bias}, dtype);
-    attn.decoding_o = DecodingLinear({attn.o_proj->weight}, {attn.o_proj->bias}, dtype);
-    mlp.decoding_gate_up =
-        DecodingLinear({mlp.gate_proj->weight, mlp.up_proj->weight}, {torch::Tensor(), torch::Tensor()}, dtype);
-    mlp.decoding_down = DecodingLinear({mlp.down_proj->weight}, {torch::Tensor()}, dtype);
+    attn.generation_qkv = ops::GenerationLinear({attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight},
+                                                {attn.q_proj->bias, attn.k_proj->bias, attn.v_proj->bias}, dtype);
+    attn.generation_o = ops::GenerationLinear({attn.o_proj->weight}, {attn.o_proj->bias}, dtype);
+    mlp.generation_gate_up = ops::GenerationLinear({mlp.gate_proj->weight, mlp.up_proj->weight},
+                                                   {torch::Tensor(), torch::Tensor()}, dtype);
+    mlp.generation_down = ops::GenerationLinear({mlp.down_proj->weight}, {torch::Tensor()}, dtype);
   }
 }
 
-FusedDecodingWeights::~FusedDecodingWeights() {
+FusedGenerationWeights::~FusedGenerationWeights() {
   for (size_t i = 0; i < model_->model->layers->size(); ++i) {
     auto layer = model_->model->layers->ptr<DecoderLayerImpl>(i);
-    layer->self_attn->decoding_qkv = layer->self_attn->decoding_o = DecodingLinear();
-    layer->mlp->decoding_gate_up = layer->mlp->decoding_down = DecodingLinear();
+    layer->self_attn->generation_qkv = layer->self_attn->generation_o = ops::GenerationLinear();
+    layer->mlp->generation_gate_up = layer->mlp->generation_down = ops::GenerationLinear();
   }
 }
 

@@ -1,7 +1,6 @@
 #include "rayless/model/projection.h"
 
-#include "rayless/base/bfloat16_products.h"
-#include "rayless/model/autocast_linear.h"
+#include "rayless/ops/ops.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/types.h>
@@ -18,8 +17,7 @@ ProjectionImpl::ProjectionImpl(int64_t in, int64_t out, bool with_bias) : in_fea
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  // under autocast, training passes hold the float32 weight for backward, not a low-precision copy
-  torch::Tensor y = autocast_linear_applies(x, weight) ? autocast_linear(x, weight, bias) : linear_as_autocast(x, weight, bias);
+  torch::Tensor y = ops::linear(x, weight, bias);
   if (lora_A.is_empty() || !lora_active) return y;
   torch::Tensor adapter_input = x.to(lora_A->weight.scalar_type());
   if (lora_dropout > 0 && is_training() && torch::GradMode::is_enabled())

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <tuple>
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
@@ -145,7 +146,10 @@ void PromptDataset::scan(int64_t begin, int64_t end,
                          const std::function<void(int64_t, const PromptRow&, const std::string&, const std::string&)>& visit) const {
   end = std::min(end, lines());
   while (begin < end) {
-    const auto [shard, r] = locate(begin);
+    // named, not a structured binding: the lambda below captures `shard` (C++17 cannot capture a binding)
+    size_t shard = 0;
+    int64_t r = 0;
+    std::tie(shard, r) = locate(begin);
     const LineIndex& index = shards_[shard];
     const int64_t stop = std::min(end - shard_start_[shard], index.rows());
     index.scan(r, stop, [&](int64_t row_in_shard, int64_t line, std::string_view text) {

@@ -4,7 +4,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/dataset.h"
 
 namespace rayless {
@@ -80,8 +80,9 @@ int64_t apply_prompt_check(PromptDataset& dataset, PromptCheck check, bool skip_
   if (check.first_error_line >= 0)
     throw InputError(str(check.first_error, skip_invalid ? "" : " (set data.skip_invalid = true to skip bad lines)"));
   dataset.skip(std::move(check.skipped), std::move(check.first_skip_reason));
-  inputCheck(dataset.size() > 0, dataset.path(), ": no usable prompt (", dataset.skipped_lines(),
-             " lines skipped; first: ", dataset.first_skip_reason(), ")");
+  inputCheck(dataset.size() > 0, dataset.path(), ": no usable prompt",
+             dataset.skipped_lines() > 0 ? str(" (", dataset.skipped_lines(), " lines skipped; first: ", dataset.first_skip_reason(), ")")
+                                         : std::string(" (no line that is not blank)"));
   return check.longest_prompt;
 }
 

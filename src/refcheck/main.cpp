@@ -30,7 +30,7 @@
 #include "rayless/base/error.h"
 #include "rayless/grpo/advantages.h"
 #include "rayless/grpo/entropy_mask.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/ops.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/runtime/runtime.h"
 
@@ -224,12 +224,12 @@ CaseResult check_logprob(const CaseFile& file) {
   auto expected_entropies = file.read("expected/entropies", torch::kFloat64);
   CaseResult result;
   // selective path, in small chunks so several pieces are exercised
-  auto selective = selective_logprobs_and_entropies(logits, ids, 1.0, 3);
+  auto selective = ops::selective_logprobs_and_entropies(logits, ids, 1.0, 3);
   compare(result, "logps (selective)", selective.logps, expected_logps, kTolerance32);
   compare(result, "entropies (selective)", selective.entropies, expected_entropies, kTolerance32);
   // fused path: the logits as hidden states through an identity LM head (an exact matmul)
   const int64_t vocab = logits.size(2);
-  auto fused = fused_logprobs(logits, torch::eye(vocab, logits.options()), torch::Tensor(), ids, 1.0, 5);
+  auto fused = ops::fused_logprobs(logits, torch::eye(vocab, logits.options()), torch::Tensor(), ids, 1.0, 5);
   compare(result, "logps (fused)", fused.logps, expected_logps, kTolerance32);
   compare(result, "entropies (fused)", fused.entropies, expected_entropies, kTolerance32);
   return result;

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rayless/base/error.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/safetensors.h"
 
 namespace fs = std::filesystem;
 

@@ -274,6 +274,12 @@ RewardSet::RewardSet(const Config& config, int rank, torch::Device device, torch
 
 RewardSet::~RewardSet() = default;
 
+void RewardSet::add(std::unique_ptr<RewardFunction> function, double weight) {
+  names_.push_back(function->name());
+  functions_.push_back(std::move(function));
+  weights_.push_back(weight);
+}
+
 std::string RewardSet::check_row(const nlohmann::json& row) const {
   for (const auto& function : functions_)
     if (std::string why = function->check_row(row); !why.empty()) return why;

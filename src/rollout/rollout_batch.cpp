@@ -12,6 +12,12 @@ int64_t RolloutBatch::prompt_width() const {
   return width;
 }
 
+torch::Tensor RolloutBatch::model_lengths() const {
+  if (!tool_mask.defined()) return raw_lengths;
+  const torch::Tensor real = torch::arange(completion_ids.size(1)).unsqueeze(0) < raw_lengths.unsqueeze(1);
+  return (tool_mask * real.to(torch::kFloat32)).sum(1).to(torch::kInt64);
+}
+
 Rollouts pack_rollouts(const RolloutBatch& batch, int64_t rank, const RolloutExtras& extras) {
   const int64_t N = batch.size();
   Rollouts r;
@@ -42,8 +48,23 @@ Rollouts pack_rollouts(const RolloutBatch& batch, int64_t rank, const RolloutExt
   else if (extras.sampling_logps.defined()) r.old_logps = flat(extras.sampling_logps);
   if (extras.entropies.defined()) r.entropies = flat(extras.entropies);
   if (batch.ref_logps.defined()) r.ref_logps = flat(batch.ref_logps);
+  if (batch.sampling_logps.defined()) r.sampling_logps = flat(batch.sampling_logps);
   r.truncated = batch.truncated;
+  r.policy_version = batch.policy_version;
+  if (batch.tool_mask.defined()) r.tool_mask = flat(batch.tool_mask).to(torch::kBool);
+  r.conversations = extras.conversations;
   return r;
+}
+
+torch::Tensor padded_rows(const torch::Tensor& flat, const torch::Tensor& offsets, int64_t width, double fill) {
+  if (!flat.defined()) return {};
+  const torch::Tensor o = offsets.to(torch::kInt64);
+  const int64_t n = o.size(0) - 1;
+  const torch::Tensor lengths = o.slice(0, 1) - o.slice(0, 0, n);
+  const torch::Tensor real = torch::arange(width).unsqueeze(0) < lengths.unsqueeze(1);
+  torch::Tensor out = torch::full({n, width}, fill, flat.options());
+  out.masked_scatter_(real, flat);
+  return out;
 }
 
 RolloutBatch unpack_rollouts(const Rollouts& r, int64_t completion_width, int64_t pad_id) {
@@ -73,6 +94,9 @@ RolloutBatch unpack_rollouts(const Rollouts& r, int64_t completion_width, int64_
   // stored in the precision they were computed in, so the reused values are bit-identical
   if (r.old_logps.defined()) batch.old_logps = padded(r.old_logps, 0.0, r.old_logps.scalar_type());
   if (r.ref_logps.defined()) batch.ref_logps = padded(r.ref_logps, 0.0, r.ref_logps.scalar_type());
+  if (r.sampling_logps.defined()) batch.sampling_logps = padded(r.sampling_logps, 0.0, r.sampling_logps.scalar_type());
+  batch.policy_version = r.policy_version;
+  if (r.tool_mask.defined()) batch.tool_mask = padded(r.tool_mask, 1.0, torch::kFloat32);  // TRL pads it with 1
   return batch;
 }
 

@@ -140,6 +140,21 @@ void write_tensor(hid_t group, const std::string& name, torch::Tensor tensor,
     check_h5(H5Dwrite(dataset, memory_type(type), H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data_ptr()), "write " + name);
 }
 
+Handle utf8_string_type();
+
+// A 1-D dataset of variable-length UTF-8 strings (h5py reads them as str). HDF5 filters do not apply to
+// variable-length data (the strings live in the file's heap): the file's checksum block covers them.
+void write_strings(hid_t group, const std::string& name, const std::vector<std::string>& values) {
+  Handle type = utf8_string_type();
+  const hsize_t n = values.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle dataset(H5Dcreate2(group, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  runtimeCheck(dataset.valid(), "HDF5: cannot create dataset ", name);
+  std::vector<const char*> pointers;
+  for (const std::string& v : values) pointers.push_back(v.c_str());
+  if (n > 0) check_h5(H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), "write " + name);
+}
+
 void write_attr_raw(hid_t object, const std::string& name, hid_t type, hid_t space, const void* data) {
   if (H5Aexists(object, name.c_str()) > 0) check_h5(H5Adelete(object, name.c_str()), "H5Adelete " + name);
   Handle attr(H5Acreate2(object, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -384,6 +399,31 @@ torch::Tensor read_tensor(hid_t group, const std::string& name, const std::strin
   return scalar == torch::kBool ? out.to(torch::kBool) : out;
 }
 
+// A 1-D dataset of variable-length strings; empty when absent.
+std::vector<std::string> read_strings(hid_t group, const std::string& name, const std::string& where) {
+  std::vector<std::string> out;
+  if (!has_link(group, name)) return out;
+  Handle dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+  inputCheck(dataset.valid(), where, ": cannot open dataset ", name);
+  Handle space(H5Dget_space(dataset), H5Sclose);
+  Handle type(H5Dget_type(dataset), H5Tclose);
+  inputCheck(H5Sget_simple_extent_ndims(space) == 1 && H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0,
+             where, ": dataset ", name, " is not a list of strings");
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  inputCheck(n <= (1u << 24), where, ": dataset ", name, " claims ", n, " strings (corrupt file?)");
+  if (n == 0) return out;
+  Handle memory(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(memory, H5T_VARIABLE);
+  H5Tset_cset(memory, H5T_CSET_UTF8);
+  std::vector<char*> pointers(n, nullptr);
+  inputCheck(H5Dread(dataset, memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) >= 0, where,
+             ": cannot read dataset ", name, " (corrupt?)");
+  for (char* p : pointers) out.emplace_back(p ? p : "");
+  H5Dvlen_reclaim(memory, space, H5P_DEFAULT, pointers.data());
+  return out;
+}
+
 // rayless writes attributes of a few values; a damaged file may claim any size, refused before
 // anything is allocated for it
 constexpr hssize_t kMaxAttributeValues = 1 << 16;
@@ -436,7 +476,7 @@ std::vector<double> read_number_attr(hid_t attr, const std::string& where, const
 struct AttrReader {
   std::string where;
   RolloutAttrs* attrs = nullptr;
-  int64_t step = -1, rank = -1, schema = -1;
+  int64_t step = -1, rank = -1, schema = -1, policy_version = -1;
   std::exception_ptr error;  // thrown while visiting: carried past HDF5's C frames, rethrown after
 };
 
@@ -479,6 +519,7 @@ void visit_attr_or_throw(hid_t object, const char* name_c, AttrReader* reader) {
     else if (name == "step") reader->step = static_cast<int64_t>(first);
     else if (name == "rank") reader->rank = static_cast<int64_t>(first);
     else if (name == "schema_version") reader->schema = static_cast<int64_t>(first);
+    else if (name == "policy_version") reader->policy_version = static_cast<int64_t>(first);
     else a.numbers[name] = first;
   }
 }
@@ -511,6 +552,13 @@ Rollouts read_group(hid_t group, const std::string& where, RolloutAttrs* attrs_o
   r.completion_mask = read_tensor(group, "completion_mask", where).to(torch::kBool);
   r.ref_logps = read_tensor(group, "ref_logps", where, false);
   r.truncated = read_tensor(group, "truncated", where).to(torch::kBool);
+  r.sampling_logps = read_tensor(group, "sampling_logps", where, false);
+  r.nonfinite_logits = read_tensor(group, "nonfinite_logits", where, false);
+  if (r.nonfinite_logits.defined()) r.nonfinite_logits = r.nonfinite_logits.to(torch::kBool);
+  r.policy_version = reader.policy_version;
+  r.tool_mask = read_tensor(group, "tool_mask", where, false);
+  if (r.tool_mask.defined()) r.tool_mask = r.tool_mask.to(torch::kBool);
+  r.conversations = read_strings(group, "conversations", where);
   r.validate(where);
   if (attrs_out) *attrs_out = std::move(attrs);
   return r;
@@ -575,10 +623,15 @@ void Rollouts::validate(const std::string& where) const {
              ": rewards_per_func must be [N = ", n, ", K]");
   for (const auto& [tensor, name] : {std::pair{&rewards, "rewards"}, {&advantages, "advantages"}, {&truncated, "truncated"}})
     inputCheck(tensor->defined() && tensor->dim() == 1 && tensor->size(0) == n, where, ": ", name, " must be [N = ", n, "]");
+  inputCheck(!nonfinite_logits.defined() || (nonfinite_logits.dim() == 1 && nonfinite_logits.size(0) == n), where,
+             ": nonfinite_logits must be [N = ", n, "]");
   inputCheck(completion_mask.defined() && completion_mask.dim() == 1 && completion_mask.size(0) == t, where,
              ": completion_mask must be [T = ", t, "] like completion_ids");
-  for (const auto& [tensor, name] :
-       {std::pair{&old_logps, "old_logps"}, {&entropies, "entropies"}, {&ref_logps, "ref_logps"}})
+  inputCheck(conversations.empty() || static_cast<int64_t>(conversations.size()) == n, where,
+             ": conversations must have N = ", n, " entries");
+  for (const auto& [tensor, name] : {std::pair{&old_logps, "old_logps"}, {&entropies, "entropies"},
+                                      {&ref_logps, "ref_logps"}, {&sampling_logps, "sampling_logps"},
+                                      {&tool_mask, "tool_mask"}})
     inputCheck(!tensor->defined() || (tensor->dim() == 1 && tensor->size(0) == t), where, ": ", name,
                " must be [T = ", t, "] like completion_ids");
 }
@@ -613,7 +666,12 @@ void write_rollouts(const std::string& dir_string, const Rollouts& r, const Roll
     if (r.entropies.defined()) write_tensor(group, "entropies", r.entropies);
     write_tensor(group, "completion_mask", r.completion_mask.to(torch::kUInt8));
     if (r.ref_logps.defined()) write_tensor(group, "ref_logps", r.ref_logps);
+    if (r.sampling_logps.defined()) write_tensor(group, "sampling_logps", r.sampling_logps);
     write_tensor(group, "truncated", r.truncated.to(torch::kUInt8));
+    if (r.nonfinite_logits.defined()) write_tensor(group, "nonfinite_logits", r.nonfinite_logits.to(torch::kUInt8));
+    if (r.policy_version >= 0) write_attr(group, "policy_version", r.policy_version);
+    if (r.tool_mask.defined()) write_tensor(group, "tool_mask", r.tool_mask.to(torch::kUInt8));
+    if (!r.conversations.empty()) write_strings(group, "conversations", r.conversations);
     write_attr(group, "schema_version", kRolloutSchemaVersion);
     write_attr(group, "step", r.step);
     write_attr(group, "rank", r.rank);

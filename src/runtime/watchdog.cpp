@@ -40,10 +40,12 @@ struct Watchdog::State {
   int rank = 0;
   int64_t step = -1;
   uint64_t calls = 0;               // collectives entered so far: says how far this rank got
+  int uncounted = 0;                // depth of UncountedCollectives scopes
   std::vector<InFlight> in_flight;  // stack of nested guards
   StallHandler handler;
   std::string heartbeat_dir;        // where each rank's heartbeat file lives ("" = none)
   int world_size = 0;               // ranks expected to write one (0 = unknown)
+  std::vector<int> groups;          // each rank's group (empty: one group); counts compare within a group
   Clock::time_point last_heartbeat;
 };
 
@@ -99,7 +101,9 @@ void write_heartbeat(const std::string& dir, int rank, uint64_t calls, int64_t s
 // from the other ranks' heartbeat files: "rank 2 (node2: silent for 14 s, last at step 3, collective
 // #51)"; with world_size > 0 also the ranks without a file: "rank 1 (no heartbeat yet)". Empty when
 // nothing is known. Heartbeats are written about once a second, so "last at" may lag by that much.
-std::string missing_ranks(const std::string& dir, int me, int world_size, uint64_t calls, double quiet_s) {
+std::string missing_ranks(const std::string& dir, int me, int world_size, uint64_t calls, double quiet_s,
+                          const std::vector<int>& groups) {
+  auto group_of = [&](int rank) { return rank >= 0 && rank < static_cast<int>(groups.size()) ? groups[rank] : 0; };
   std::error_code error;
   std::map<int, std::string> missing;
   std::vector<bool> seen(static_cast<size_t>(std::max(world_size, 0)), false);
@@ -117,7 +121,8 @@ std::string missing_ranks(const std::string& dir, int me, int world_size, uint64
     if (!(in >> their_calls >> step >> at >> host)) continue;
     if (world_size > 0) seen[static_cast<size_t>(rank)] = true;
     const double silent = std::difftime(now, static_cast<std::time_t>(at));
-    if (their_calls >= calls && silent < quiet_s) continue;
+    const bool counts_compare = group_of(rank) == group_of(me);
+    if ((their_calls >= calls || !counts_compare) && silent < quiet_s) continue;
     missing[rank] = str("rank ", rank, " (", host, ": silent for ", static_cast<long long>(silent), " s, last at step ",
                         step, ", collective #", their_calls, ")");
   }
@@ -139,6 +144,12 @@ void Watchdog::set_heartbeat_dir(const std::string& dir, int world_size) {
   s.heartbeat_dir = dir;
   s.world_size = world_size;
   s.last_heartbeat = Clock::time_point();
+}
+
+void Watchdog::set_rank_groups(std::vector<int> group) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.groups = std::move(group);
 }
 
 void Watchdog::start(double timeout_s, int rank) {
@@ -181,7 +192,8 @@ void Watchdog::start(double timeout_s, int rank) {
                                 "); another rank failed or skipped it; aborting the job");
       if (!s.heartbeat_dir.empty()) {
         // who is missing, from the heartbeat files the ranks write beside the run
-        const std::string missing = missing_ranks(s.heartbeat_dir, s.rank, s.world_size, s.calls, std::max(5.0, s.timeout_s / 2));
+        const std::string missing =
+            missing_ranks(s.heartbeat_dir, s.rank, s.world_size, s.calls, std::max(5.0, s.timeout_s / 2), s.groups);
         message += missing.empty() ? std::string("; every other rank's heartbeat is recent")
                                    : "; not arrived: " + missing;
       }
@@ -239,8 +251,17 @@ void Watchdog::enter(const char* collective) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.in_flight.push_back({collective, Clock::now()});
-  ++s.calls;
+  if (s.uncounted == 0) ++s.calls;
 }
+
+void Watchdog::pause_counting(bool paused) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.uncounted += paused ? 1 : -1;
+}
+
+UncountedCollectives::UncountedCollectives() { Watchdog::instance().pause_counting(true); }
+UncountedCollectives::~UncountedCollectives() { Watchdog::instance().pause_counting(false); }
 
 void Watchdog::leave() {
   State& s = state();

@@ -8,7 +8,7 @@
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
 #include "rayless/base/log.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/safetensors.h"
 
 #include <nlohmann/json.hpp>
 

@@ -9,17 +9,12 @@
 #include <cmath>
 
 #include "rayless/base/config.h"
-#include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
-#include "rayless/trainer/adamw_update.h"
+#include "rayless/ops/ops.h"
 #include "rayless/trainer/data_parallel.h"
 #include "rayless/trainer/lr_schedule.h"
 #include "rayless/trainer/torch_file.h"
 #include "rayless/trainer/zero_optimizer.h"
-
-#ifdef RAYLESS_X86_KERNELS
-#include <immintrin.h>
-#endif
 
 namespace rayless {
 
@@ -29,84 +24,6 @@ Optimizer::Optimizer(const OptimConfig& config, int64_t max_steps)
 double Optimizer::scheduled_learning_rate(int64_t step) {
   learning_rate_ = config_.learning_rate * lr_multiplier(config_.lr_scheduler_type, step, warmup_steps_, max_steps_);
   return learning_rate_;
-}
-
-namespace {
-#ifdef RAYLESS_X86_KERNELS
-RAYLESS_AVX512_INTRINSICS_BEGIN
-// sum_of_squares' loop over whole groups of 8 float32 values, the 8 float64 partial sums as the 8
-// lanes of one vector: each lane adds the same squares in the same order, each product and sum
-// rounded (no fused multiply-add), so the sums are the scalar loop's bit for bit. Returns where the
-// scalar loop goes on.
-__attribute__((target("avx512f"), optimize("fp-contract=off"))) int64_t squares_float_avx512(const float* x, int64_t n,
-                                                                                             double partial[8]) {
-  __m512d sums = _mm512_loadu_pd(partial);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-    sums = _mm512_add_pd(sums, _mm512_mul_pd(v, v));
-  }
-  _mm512_storeu_pd(partial, sums);
-  return i;
-}
-RAYLESS_AVX512_INTRINSICS_END
-
-// squares_float_avx512 for CPUs with AVX2 and no AVX-512: the 8 partial sums as two 4-lane vectors.
-__attribute__((target("avx2"), optimize("fp-contract=off"))) int64_t squares_float_avx2(const float* x, int64_t n,
-                                                                                        double partial[8]) {
-  __m256d low = _mm256_loadu_pd(partial), high = _mm256_loadu_pd(partial + 4);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256d v_low = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), v_high = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
-    low = _mm256_add_pd(low, _mm256_mul_pd(v_low, v_low));
-    high = _mm256_add_pd(high, _mm256_mul_pd(v_high, v_high));
-  }
-  _mm256_storeu_pd(partial, low);
-  _mm256_storeu_pd(partial + 4, high);
-  return i;
-}
-#endif
-
-// The whole groups of 8 the vector loop sums; returns where the scalar loop goes on.
-template <typename scalar_t>
-int64_t squares_vector_part(const scalar_t*, int64_t, double*) {
-  return 0;  // float32 only
-}
-int64_t squares_vector_part(const float* x, int64_t n, double partial[8]) {
-#ifdef RAYLESS_X86_KERNELS
-  if (cpu_has_avx512f()) return squares_float_avx512(x, n, partial);
-  if (cpu_has_avx2()) return squares_float_avx2(x, n, partial);
-#endif
-  return 0;
-}
-}  // namespace
-
-double sum_of_squares(const torch::Tensor& t) {
-  torch::NoGradGuard no_grad;
-  double sum = 0;
-  if (t.device().is_cpu()) {  // one pass, eight float64 partial sums (no float64 copy of the tensor)
-    const torch::Tensor flat = t.detach().contiguous();
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, flat.scalar_type(), "sum_of_squares", [&] {
-      const scalar_t* x = flat.data_ptr<scalar_t>();
-      const int64_t n = flat.numel();
-      double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t i = 0;
-      i = squares_vector_part(x, n, partial);
-      for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; ++j) {
-          const double v = static_cast<double>(x[i + j]);
-          partial[j] += v * v;
-        }
-      for (; i < n; ++i) partial[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-      sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-    });
-    return sum;
-  }
-  constexpr int64_t kPiece = int64_t{1} << 20;
-  const torch::Tensor flat = t.detach().reshape({-1});
-  for (int64_t start = 0; start < flat.numel(); start += kPiece)
-    sum += flat.narrow(0, start, std::min(kPiece, flat.numel() - start)).to(torch::kFloat64).square().sum().item<double>();
-  return sum;
 }
 
 double clip_coefficient(const torch::TensorOptions& gradients, double norm, double max_norm) {
@@ -160,7 +77,7 @@ class ReplicatedOptimizer final : public Optimizer {
     for (const auto& p : parameters_)
       if (p.grad().defined()) {
         gradients.push_back(p.grad());
-        squares += sum_of_squares(p.grad());
+        squares += ops::sum_of_squares(p.grad());
       }
     const double grad_norm = std::sqrt(squares);
     if (!apply || !std::isfinite(grad_norm)) {  // the non-finite guard: nothing updated, the gradients dropped
@@ -208,7 +125,7 @@ class ReplicatedOptimizer final : public Optimizer {
   }
 
  private:
-  // torch::optim::AdamW's step, in one pass per tensor (adamw_update.h), its state kept where
+  // torch::optim::AdamW's step, in one pass per tensor (ops::adamw_update), its state kept where
   // torch's AdamW keeps it, so checkpoints keep torch's format: parameters without a gradient are
   // skipped and get no state, as there.
   void single_pass_step(double grad_scale) {
@@ -216,7 +133,7 @@ class ReplicatedOptimizer final : public Optimizer {
     for (auto& group : adamw_->param_groups()) {
       const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
       runtimeCheck(!options.amsgrad(), "AdamW: amsgrad is not supported");
-      AdamWHyper hyper;  // the group's; only the step count is per parameter
+      ops::AdamWHyper hyper;  // the group's; only the step count is per parameter
       hyper.lr = options.lr();
       hyper.beta1 = std::get<0>(options.betas());
       hyper.beta2 = std::get<1>(options.betas());
@@ -237,7 +154,7 @@ class ReplicatedOptimizer final : public Optimizer {
         state.step(state.step() + 1);
         hyper.step = state.step();
         torch::Tensor param = p.detach(), exp_avg = state.exp_avg(), exp_avg_sq = state.exp_avg_sq();
-        adamw_update(param, p.grad(), exp_avg, exp_avg_sq, hyper);  // it checks contiguity itself
+        ops::adamw_update(param, p.grad(), exp_avg, exp_avg_sq, hyper);  // it checks contiguity itself
       }
     }
   }

@@ -15,7 +15,8 @@ namespace rayless {
 StepMetrics generation_metrics(Communicator& comm, const RolloutBatch& batch, const torch::Tensor& all_rewards_per_func,
                                const AdvantageOutput& advantages, const std::vector<std::string>& reward_names,
                                int64_t& num_tokens) {
-  const torch::Tensor lengths = torch::cat(comm.allgather_variable(batch.raw_lengths), 0).to(torch::kFloat32);
+  // the model's tokens only, when tools wrote some (TRL counts tool_mask)
+  const torch::Tensor lengths = torch::cat(comm.allgather_variable(batch.model_lengths()), 0).to(torch::kFloat32);
   const torch::Tensor truncated = torch::cat(comm.allgather_variable(batch.truncated), 0);
   int64_t prompt_tokens = 0;
   for (const auto& p : batch.prompt_ids) prompt_tokens += static_cast<int64_t>(p.size());

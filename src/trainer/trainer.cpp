@@ -6,7 +6,9 @@
 #include <csignal>
 #include <optional>
 
-#include "rayless/base/bfloat16_products.h"
+#include "rayless/agent/tool_chat.h"
+#include "rayless/agent/tool_workers.h"
+#include "rayless/ops/kernel_plan.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/failure_message.h"
 #include "rayless/base/files.h"
@@ -15,9 +17,9 @@
 #include "rayless/grpo/entropy_mask.h"
 #include "rayless/grpo/entropy_threshold.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/rollout/replay.h"
@@ -57,6 +59,8 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   cfg_ = options.config_path.empty() ? config_from_overrides(options.overrides)
                                      : load_config(options.config_path, options.overrides);
   check_batch_geometry(cfg_, runtime_.size());
+  // the ranks that train; with generation ranks the batch geometry counts only these
+  const int64_t training_ranks = cfg_.training_ranks(runtime_.size());
   output_dir_ = options.output_dir.empty() ? fs::path(cfg_.train.output_dir) : fs::path(options.output_dir);
   const int threads = runtime_.configure(cfg_.distributed);
   device_ = runtime_.select_device(cfg_.model.device);
@@ -69,28 +73,44 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   const ModelArchConfig arch = load_model_config(cfg_.model.path);
   // a completion that leaves no position for a prompt is refused now; the prompts are measured below
   (void)check_configured_positions(cfg_, arch, cfg_.model.path);
-  check_memory_fits(training_memory(cfg_, arch, runtime_.size()), available_memory(device_, runtime_.local_size()),
+  check_memory_fits(training_memory(cfg_, arch, training_ranks), available_memory(device_, runtime_.local_size()),
                     "each rank of this run",
-                    "lower generation.max_completion_length, data.max_prompt_length or "
+                    "lower generation.max_completion_length, data.max_prompt_length, generation.slots or "
                     "train.per_device_train_batch_size, or run fewer ranks per node (docs/models.md, Lengths and memory)");
-  comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
+  world_comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
+  world_ = comm_ = world_comm_.get();
+  if (cfg_.distributed.generation_ranks > 0) {
+    // asynchronous GRPO: the last generation_ranks ranks generate, the others train (async_plan.h)
+    const int64_t rows_per_rank =
+        cfg_.train.per_device_train_batch_size * cfg_.effective_steps_per_generation(training_ranks);
+    plan_ = std::make_unique<AsyncPlan>(runtime_.size(), cfg_.distributed.generation_ranks, rows_per_rank,
+                                        cfg_.grpo.num_generations, cfg_.grpo.async_lag, cfg_.grpo.weight_sync_steps);
+    generates_ = plan_->generates(runtime_.rank());
+    role_comm_ = world_->split(generates_ ? 1 : 0, runtime_.rank());
+    weights_comm_ = world_->split(generates_ || runtime_.rank() == 0 ? 0 : -1, runtime_.rank());
+    if (!generates_) comm_ = role_comm_.get();
+  }
   guard_ = NonfiniteGuard(device_);
   torch::manual_seed(cfg_.train.seed);
   // how bfloat16 products run on the CPU (train.bf16_products), for every pass of this run
-  set_bfloat16_products(cfg_.train.bf16 && device_.is_cpu() ? bfloat16_products_for(cfg_.train.bf16_products)
-                                                            : BFloat16Products::bfloat16);
+  ops::set_bfloat16_products(cfg_.train.bf16 && device_.is_cpu() ? ops::bfloat16_products_for(cfg_.train.bf16_products)
+                                                                 : ops::BFloat16Products::bfloat16);
 
-  steps_per_generation_ = cfg_.effective_steps_per_generation(runtime_.size());
+  steps_per_generation_ = cfg_.effective_steps_per_generation(training_ranks);
   micro_steps_per_cycle_ = steps_per_generation_ * cfg_.grpo.num_iterations;
-  needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_cycle_ != 0;
-  loss_settings_ = loss_settings_from_config(cfg_, runtime_.size());
+  loss_settings_ = loss_settings_from_config(cfg_, training_ranks);
   config_hash_ = config_hash(cfg_);
 
   if (!cfg_.train.replay_rollouts.empty()) replay_ = std::make_unique<ReplaySource>(cfg_.train.replay_rollouts);
+  // TRL corrects completions another engine sampled (vLLM there): generation ranks, or a replay file
+  // with the sampler's log-probs; the ratio needs the trainer's old log-probs, so they are computed
+  corrects_sampling_ = cfg_.grpo.vllm_importance_sampling_correction && (plan_ || (replay_ && replay_->has_logprobs()));
+  needs_old_logps_ = cfg_.train.gradient_accumulation_steps % micro_steps_per_cycle_ != 0 || corrects_sampling_;
   tokenizer_ = load_tokenizer(cfg_.tokenizer.path, cfg_.model.path);
   prompt_format_ = prompt_format_from_config(cfg_.tokenizer, cfg_.model.path);
   // reward models run on the rank's device in the policy's dtype
   rewards_ = std::make_unique<RewardSet>(cfg_, runtime_.rank(), device_, torch_dtype_of(cfg_.model.dtype));
+  start_agent();  // tool and environment workers; their tools join the prompts (before the lengths are checked)
   // every row checked now (prompt length after the template, what the rewards need), not hours in;
   // the rows stay in their files, read through an index when they are drawn
   const auto data_start = Clock::now();
@@ -103,10 +123,17 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     longest_prompt = std::max(longest_prompt, longest_eval_prompt);
     if (cfg_.eval.max_samples > 0) eval_dataset_.limit(cfg_.eval.max_samples);
   }
+  if (tool_chat_)  // TRL runs tools only for conversational prompts (the files read once more, streaming)
+    for (const PromptDataset* d : {&dataset_, &eval_dataset_})
+      d->scan(0, d->lines(), [&](int64_t, const PromptRow& row, const std::string& where, const std::string& problem) {
+        inputCheck(!problem.empty() || row.is_chat() || prompt_format_.chat_template.explicitly_chosen(), where,
+                   ": tools and environments need conversational prompts (a \"", cfg_.data.messages_field,
+                   "\" list, or set tokenizer.chat_template to wrap plain text as a user message)");
+      });
   const double data_seconds = seconds_since(data_start);
   check_training_positions(cfg_, arch, cfg_.model.path, longest_prompt);  // the positions the model is made for
   shard_spec_.num_prompts = dataset_.size();
-  shard_spec_.prompts_per_rank = cfg_.global_generation_batch(runtime_.size()) / cfg_.grpo.num_generations;
+  shard_spec_.prompts_per_rank = cfg_.global_generation_batch(training_ranks) / cfg_.grpo.num_generations;
   shard_spec_.world_size = 1;  // every rank walks the whole batch of prompts and takes its completions
   shard_spec_.seed = static_cast<uint64_t>(cfg_.train.seed);
   shard_spec_.shuffle = cfg_.data.shuffle;
@@ -124,18 +151,22 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
     for (const auto& p : trainable_parameters(*policy_)) adapter_parameters += p.numel();
     lora_note = str(", LoRA r=", cfg_.lora.r, " on ", adapted.size(), " layers (", adapter_parameters, " trainable)");
   }
-  if (cfg_.grpo.beta > 0 && !cfg_.lora.enabled) {
+  // a generation rank samples only: no reference model, gradients or optimizer state
+  if (cfg_.grpo.beta > 0 && !cfg_.lora.enabled && !generates_) {
     reference_ = load_hf_model(cfg_.model.path, dtype, device_, static_cast<uint64_t>(cfg_.model.init_seed));
     for (auto& p : reference_->parameters()) p.set_requires_grad(false);
     reference_->eval();
   }
   // what trains: every parameter, or with LoRA the adapters alone (their gradients, state, reductions)
   const std::vector<torch::Tensor> trainable = trainable_parameters(*policy_);
-  data_parallel_ = std::make_unique<DataParallel>(*comm_, trainable, cfg_.distributed.bucket_size_mb, policy_->buffers());
-  optimizer_ = make_optimizer(static_cast<int>(cfg_.distributed.zero_stage), *comm_, trainable, *data_parallel_,
-                              cfg_.optim, cfg_.train.max_steps, cfg_.distributed.bucket_size_mb);
+  if (!generates_) {
+    data_parallel_ = std::make_unique<DataParallel>(*comm_, trainable, cfg_.distributed.bucket_size_mb, policy_->buffers());
+    optimizer_ = make_optimizer(static_cast<int>(cfg_.distributed.zero_stage), *comm_, trainable, *data_parallel_,
+                                cfg_.optim, cfg_.train.max_steps, cfg_.distributed.bucket_size_mb);
+  }
 
   const std::string placement = runtime_.placement();  // collective: every rank, before rank 0 logs
+  if (plan_) log_info(str("asynchronous GRPO: ", plan_->describe()));
   log_info(str("rayless train: ", runtime_.size(), " rank(s) x ", threads, " thread(s) on ", placement, ", device ", device_.str(),
                ", model ", cfg_.model.path, " (", policy_->config().num_parameters(), " parameters", lora_note, "), ",
                dataset_.size(), " prompts (", dataset_checked_now_ ? "read and checked" : "opened", " in ",
@@ -145,11 +176,15 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
                tokenizer_->class_origin().empty() ? tokenizer_->kind() : tokenizer_->class_origin(), ", chat template ",
                prompt_format_.chat_template.source(), ", output ", output_dir_.string()));
   if (const std::string note = tokenizer_->class_change_note(); !note.empty()) log_warn(note);
+  // which kernel each op runs on this machine, as `rayless version` prints it (docs/kernels.md)
+  std::string kernels = "kernel plan:";
+  for (const std::string& entry : ops::kernel_plan().describe()) kernels += "\n  " + entry;
+  log_info(kernels);
   if (dataset_.skipped_lines() > 0)
     log_warn(str("skipped ", dataset_.skipped_lines(), " invalid lines of ", dataset_.path(), " (first: ",
                  dataset_.first_skip_reason(), ")"));
   if (cfg_.train.bf16 && device_.is_cpu() && !cpu_has_bfloat16_units()) {
-    if (bfloat16_products() == BFloat16Products::bfloat16)
+    if (ops::bfloat16_products() == ops::BFloat16Products::bfloat16)
       log_warn("train.bf16 = true with train.bf16_products = \"bfloat16\" on a CPU without bfloat16 matrix units "
                "(AVX512-BF16 or AMX): its bfloat16 products are emulated in float32, many times slower (a training "
                "pass 19x slower than in float32 on an AMD EPYC with AVX2); train.bf16_products = \"float32\" "
@@ -183,14 +218,21 @@ int Trainer::run() {
   else release_stop_signals();
   // a new run never mixes with an old one: resume it, move it aside (--overwrite), or stop (exit 2)
   const std::optional<fs::path> resume_from =
-      prepare_run_directory(*comm_, output_dir_, options_.resume, options_.overwrite);
+      prepare_run_directory(*world_, output_dir_, options_.resume, options_.overwrite);
   if (runtime_.rank() != 0) {
     fs::create_directories(output_dir_ / "logs");
     open_rank_log_file((output_dir_ / "logs" / str("rank-", runtime_.rank(), ".log")).string());
   }
-  // heartbeats beside the run: a stalled collective can then name the rank that never came
-  Watchdog::instance().set_heartbeat_dir((output_dir_ / "logs" / "heartbeat").string(), comm_->size());
+  // heartbeats beside the run: a stalled collective can then name the rank that never came (with
+  // generation ranks, call counts compare within a role: the roles run different collectives)
+  Watchdog::instance().set_heartbeat_dir((output_dir_ / "logs" / "heartbeat").string(), world_->size());
+  if (plan_) {
+    std::vector<int> roles(static_cast<size_t>(world_->size()));
+    for (int r = 0; r < world_->size(); ++r) roles[static_cast<size_t>(r)] = plan_->generates(r) ? 1 : 0;
+    Watchdog::instance().set_rank_groups(roles);
+  }
   if (resume_from) restore(*resume_from);
+  if (generates_) return generate_for_trainers();  // the generation ranks' loop (trainer_async.cpp)
   data_parallel_->broadcast_parameters(0);  // identical replicas from the start (or from the checkpoint)
   if (runtime_.rank() == 0) {
     // the run's first config; a resumed segment's is recorded with its first step (config_history.h)
@@ -210,12 +252,17 @@ int Trainer::run() {
     const int64_t generation_step = this->generation_step();
     const int64_t position_in_cycle = this->position_in_cycle();
 
-    // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one.
+    // 1. A new generation at the start of each cycle; after a resume mid-cycle, the stored one. With
+    //    generation ranks, the cycle starts where both roles meet (stop? checkpoint? new weights?), and
+    //    the generation comes from them.
     if (!have_generation || generation.rows.generation_step != generation_step) {
+      if (plan_ && position_in_cycle == 0 && meet(false).stop) return kExitCheckpointedOnSignal;
       const MemoryPhase phase(str("generation ", generation_step, " (sampling, rewards, log-probs)"),
                               memory_bounds(cfg_, policy_->config(), runtime_.size(), MemoryUse::Sampling));
       const auto start = Clock::now();
-      generation = position_in_cycle == 0 ? generate_and_score(generation_step) : reload_generation(generation_step);
+      generation = position_in_cycle != 0 ? reload_generation(generation_step)
+                   : plan_               ? receive_generation(generation_step)
+                                         : generate_and_score(generation_step);
       generation_seconds_ += seconds_since(start);
       if (!generation.metrics.empty()) generation_metrics.push_back(generation.metrics);
       have_generation = true;
@@ -249,16 +296,15 @@ int Trainer::run() {
                                  ", is whole and finite (lower optim.learning_rate, check the rewards and the data; "
                                  "docs/reliability.md, Non-finite steps)"));
       sync_reference_model();
-      if (cfg_.checkpoint.save_steps > 0 && optimizer_step_ % cfg_.checkpoint.save_steps == 0 &&
-          micro_step_ < total_micro_steps)
-        save(true);
+      if (checkpoint_due()) save(true);
     }
     if (hooks_.after_micro_step) hooks_.after_micro_step(micro_step_);
 
-    // 4. A signal on any rank: all ranks agree here, checkpoint, and stop.
+    // 4. A signal on any rank: all ranks agree here, checkpoint, and stop (with generation ranks: at
+    //    the next meeting).
     if (micro_step_ < total_micro_steps && stop_for_signal()) return kExitCheckpointedOnSignal;
   }
-  save(true);
+  finish_run();
   std::string gpu_memory;
   if (const auto gpu = device_memory_peaks(device_))
     gpu_memory = str("; peak GPU memory (this rank's caching allocator) ", gpu->allocated_bytes / (1024 * 1024),
@@ -281,21 +327,26 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   // LoRA dropout draws from the default generator: seed it from (seed, rank, micro-step) so a resumed
   // run draws the same masks
   if (cfg_.lora.enabled && cfg_.lora.dropout > 0) {
-    const std::string stream = str(cfg_.train.seed, "/", runtime_.rank(), "/", micro_step_, "/lora_dropout");
+    const std::string stream = str(cfg_.train.seed, "/", comm_->rank(), "/", micro_step_, "/lora_dropout");
     torch::manual_seed(fnv1a64(stream.data(), stream.size()));
   }
-  LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask, batch.prompt_width());
+  ops::LogprobsAndEntropies current = policy_logprobs(policy_, prompts, completion_ids, completion_mask, batch.prompt_width());
   LossInputs in;
   in.per_token_logps = current.logps.to(logp_dtype_);
   if (batch.old_logps.defined()) in.old_per_token_logps = batch.old_logps.index_select(0, rows).to(device_);
   if (batch.ref_logps.defined()) in.ref_per_token_logps = batch.ref_logps.index_select(0, rows).to(device_);
+  if (batch.sampling_logps.defined()) in.sampling_per_token_logps = batch.sampling_logps.index_select(0, rows).to(device_);
+  if (batch.importance_sampling_ratio.defined())
+    in.importance_sampling_ratio = batch.importance_sampling_ratio.index_select(0, rows).to(device_);
   in.advantages = batch.advantages.index_select(0, rows).to(device_);
-  in.completion_mask = completion_mask;
+  // the loss and the ratio count the model's own tokens only (TRL: completion_mask x tool_mask)
+  in.completion_mask = batch.tool_mask.defined() ? completion_mask * batch.tool_mask.index_select(0, rows).to(device_)
+                                                 : completion_mask;
   in.entropies = current.entropies.detach().to(logp_dtype_);
   in.num_items_in_batch = static_cast<double>(batch.num_items_in_batch);
   StepMetrics threshold;
   if (cfg_.grpo.top_entropy_quantile < 1.0)
-    in.entropy_mask = entropy_mask_of(in.entropies, completion_mask, batch.generation_step, threshold);
+    in.entropy_mask = entropy_mask_of(in.entropies, in.completion_mask, batch.generation_step, threshold);
   const LossOutput out = compute_loss(in, loss_settings_);
   const torch::Tensor loss = hooks_.loss ? hooks_.loss(out.loss, micro_step_) : out.loss;
   loss.backward();
@@ -332,7 +383,7 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
       global_entropy_threshold(*comm_, active, cfg_.grpo.top_entropy_quantile, cfg_.grpo.entropy_threshold_method).value;
   metrics["entropy_threshold"] = threshold;
   if (position_in_cycle() == 0)
-    set_rollout_attribute((output_dir_ / "rollouts").string(), generation_step, runtime_.rank(), "entropy_threshold",
+    set_rollout_attribute((output_dir_ / "rollouts").string(), generation_step, comm_->rank(), "entropy_threshold",
                           threshold);
   return entropy_mask(entropies, mask, threshold);
 }
@@ -373,6 +424,14 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
   m["time/train"] = train_seconds_;
   m["time/gradient_allreduce"] = gradient_sync_seconds;  // ZeRO: its reduce-scatters
   m["time/optimizer"] = optimizer_seconds_;
+  if (plan_) {
+    // waiting for the other role since the last step (training ranks: their mean; generation ranks: the
+    // mean of what they reported at the meetings), and the generation ranks' sampling and scoring
+    m["async/trainer_idle"] = global_sum(*comm_, idle_seconds_) / comm_->size();
+    m["async/generator_idle"] = generator_idle_seconds_;
+    m["async/generator_busy"] = generator_busy_seconds_;
+    idle_seconds_ = generator_idle_seconds_ = generator_busy_seconds_ = 0;
+  }
   m["tokens_per_second"] = m.count("completions/total_tokens") ? m["completions/total_tokens"] / std::max(step_time, 1e-9) : NAN;
   m["memory/peak_rss_mb"] = global_max(*comm_, static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0));
   // every rank has the same kind of device, so all or none of them join these collectives
@@ -438,7 +497,7 @@ std::string Trainer::prompt_name(int64_t dataset_row) const {
 
 // Rank 0 keeps the first log.num_completions_to_print rows of each generation for the console.
 void Trainer::keep_samples(const Drawn& drawn, const torch::Tensor& rewards_per_func, const torch::Tensor& advantages) {
-  if (runtime_.rank() != 0 || cfg_.log.num_completions_to_print <= 0) return;
+  if (comm_->rank() != 0 || cfg_.log.num_completions_to_print <= 0) return;
   samples_.clear();
   const int64_t n = std::min<int64_t>(cfg_.log.num_completions_to_print, rewards_per_func.size(0));
   for (int64_t i = 0; i < n; ++i) {
@@ -468,9 +527,10 @@ void Trainer::sync_reference_model() {
   for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mul_(1.0 - alpha).add_(policy_params[i], alpha);
 }
 
-// A signal on any rank: every rank agrees through one collective, then checkpoints.
+// A signal on any rank: every rank agrees through one collective, then checkpoints. With generation
+// ranks the agreement waits for the next meeting, where they take part (trainer_async.cpp).
 bool Trainer::stop_for_signal() {
-  if (!cfg_.checkpoint.save_on_signal) return false;
+  if (!cfg_.checkpoint.save_on_signal || plan_) return false;
   const int signal_number = static_cast<int>(global_max(*comm_, static_cast<double>(stop_signal_number())));
   if (signal_number == 0) return false;
   log_info(str("rayless train: ", signal_name(signal_number), " received: checkpointing at micro-step ", micro_step_,

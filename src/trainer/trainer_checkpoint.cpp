@@ -7,9 +7,10 @@
 #include "rayless/base/files.h"
 #include "rayless/base/hash.h"
 #include "rayless/base/log.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/peft_adapter.h"
 #include "rayless/model/lora.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/trainer/checkpoint.h"
@@ -62,12 +63,15 @@ void Trainer::check_checkpoint_finite(bool at_optimizer_boundary) {
     if (bad.empty() && t.defined() && !torch::isfinite(t).all().item<bool>()) bad = what;
   };
   for (const auto& item : policy_->named_parameters()) check(item.value(), "the model's " + item.key());
-  if (cfg_.grpo.sync_ref_model)
-    for (const auto& item : reference_->named_parameters()) check(item.value(), "the reference model's " + item.key());
-  if (bad.empty() && !optimizer_->state_is_finite()) bad = str("the AdamW state of rank ", runtime_.rank());
-  if (!at_optimizer_boundary)
-    for (const torch::Tensor& g : optimizer_->accumulated_gradients()) check(g, str("the accumulated gradients of rank ", runtime_.rank()));
-  const bool any_bad = global_max(*comm_, bad.empty() ? 0.0 : 1.0) > 0;
+  if (!generates_) {  // a generation rank holds no reference model, optimizer or gradients
+    if (cfg_.grpo.sync_ref_model)
+      for (const auto& item : reference_->named_parameters()) check(item.value(), "the reference model's " + item.key());
+    if (bad.empty() && !optimizer_->state_is_finite()) bad = str("the AdamW state of rank ", runtime_.rank());
+    if (!at_optimizer_boundary)
+      for (const torch::Tensor& g : optimizer_->accumulated_gradients()) check(g, str("the accumulated gradients of rank ", runtime_.rank()));
+  }
+  // over every rank, as the checkpoint itself is written: generation ranks write their part of it too
+  const bool any_bad = global_max(*world_, bad.empty() ? 0.0 : 1.0) > 0;
   if (!any_bad) return;
   throw NonfiniteError(str("checkpoint at step ", optimizer_step_, " (micro-step ", micro_step_, ") not written: ",
                            bad.empty() ? std::string("a tensor another rank holds") : bad,
@@ -95,11 +99,24 @@ void Trainer::save(bool at_optimizer_boundary) {
   state.segment = segment_;
   state.nonfinite_steps = nonfinite_steps_;
   state.nonfinite_in_a_row = nonfinite_in_a_row_;
-  RankState rank_state{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage()};
-  // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
-  if (position_in_cycle() != 0) rank_state.generation_file_hash = generation_file_hash(state.generation_step);
+  if (plan_) state.async = {plan_->generation_ranks(), plan_->lag(), generators_version_};
+  RankState rank_state;
+  if (generates_) {
+    // what a generation rank holds: the generations it sampled that the training ranks have not had yet
+    rank_state.rank = rank;
+    rank_state.generation_rank = true;
+    const std::string dir = (output_dir_ / "rollouts" / "generated").string();
+    for (const Rollouts& r : in_flight_) {
+      const std::string bytes = read_text_file(step_file_path(dir, r.rank, r.step));
+      rank_state.in_flight.push_back({r.step, r.policy_version, hex64(fnv1a64(bytes.data(), bytes.size()))});
+    }
+  } else {
+    rank_state = RankState{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage(), false, {}};
+    // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
+    if (position_in_cycle() != 0) rank_state.generation_file_hash = generation_file_hash(state.generation_step);
+    optimizer_->collect_state();  // collective over the training ranks: ZeRO gathers the AdamW moments to rank 0
+  }
 
-  optimizer_->collect_state();  // collective: ZeRO gathers the AdamW moments to rank 0
   auto fill_rank0 = [&](const fs::path& dir) {
     if (cfg_.lora.enabled)  // PEFT's files: the base is model.path, unchanged
       write_lora_adapter(policy_, lora_settings(), fs::absolute(cfg_.model.path).string(), dir);
@@ -112,15 +129,37 @@ void Trainer::save(bool at_optimizer_boundary) {
   };
   auto fill_each_rank = [&](const fs::path& dir) {
     write_text_atomically(dir / str("rank-", rank, ".json"), rank_state.to_json(cfg_.train.seed).dump(2) + "\n");
-    if (!at_optimizer_boundary)
+    if (!generates_ && !at_optimizer_boundary)
       save_torch_file(optimizer_->accumulated_gradients(), dir / str("grads-rank-", rank, ".pt"));
+    // the generation ranks hold older weights than the checkpoint's and keep them past this meeting
+    // (grpo.weight_sync_steps > 1): keep theirs too, so a resumed run samples from the same policy
+    if (generates_ && plan_->generator_index(rank) == 0 && generators_version_ != optimizer_step_ &&
+        !plan_->push_due(optimizer_step_, generators_version_))
+      save_torch_file(trainable_parameters(*policy_), dir / "generator-weights.pt");
   };
-  const fs::path path = save_checkpoint(*comm_, output_dir_ / "checkpoints",
+  const fs::path path = save_checkpoint(*world_, output_dir_ / "checkpoints",
                                         checkpoint_name(optimizer_step_, micro_step_, at_optimizer_boundary), fill_rank0,
                                         fill_each_rank, cfg_.checkpoint.keep_last);
   last_saved_micro_step_ = micro_step_;
+  last_saved_step_ = optimizer_step_;
   last_checkpoint_ = path.string();
   log_info(str("checkpoint: ", path.string()));
+}
+
+// The end of the run: its last checkpoint; with generation ranks taken at a last meeting, which also
+// tells them that training is done.
+void Trainer::finish_run() {
+  if (plan_)
+    meet(true);
+  else
+    save(true);
+}
+
+// The periodic checkpoint after an optimizer step (checkpoint.save_steps). With generation ranks it
+// waits for the meeting at the next generation boundary, where they record what they hold (trainer_async.cpp).
+bool Trainer::checkpoint_due() const {
+  return !plan_ && cfg_.checkpoint.save_steps > 0 && optimizer_step_ % cfg_.checkpoint.save_steps == 0 &&
+         micro_step_ < last_micro_step();
 }
 
 // The checkpoint's config (config_history.h) against this run's: changes that alter the run are refused
@@ -174,7 +213,8 @@ void Trainer::restore(const fs::path& checkpoint) {
   const bool mid_accumulation =
       fs::exists(rank0_file) && RankState::from_json(nlohmann::json::parse(read_text_file(rank0_file))).has_accumulated_gradients;
   const bool mid_cycle = state.mid_cycle();
-  state.check_resumable(checkpoint.string(), runtime_.size(), mid_accumulation, cfg_.train.max_steps);
+  const AsyncState roles{cfg_.distributed.generation_ranks, cfg_.grpo.async_lag, -1};
+  state.check_resumable(checkpoint.string(), runtime_.size(), mid_accumulation, cfg_.train.max_steps, roles);
   const bool saved_lora = is_lora_adapter_directory(checkpoint);
   inputCheck(saved_lora == cfg_.lora.enabled, checkpoint.string(),
              saved_lora ? " holds a LoRA adapter (adapter_config.json), not a whole model: resume it with lora.enabled = true"
@@ -192,16 +232,12 @@ void Trainer::restore(const fs::path& checkpoint) {
                  : SegmentStart{state.micro_step, state.optimizer_step, state.generation_step, state.data_cursor};
   if (segment_.data_cursor.offset > shard_spec_.num_prompts)  // a dataset changed on purpose: its next epoch
     segment_.data_cursor = {segment_.data_cursor.epoch + 1, 0};
-  if (saved_lora) {
-    const LoraSettings saved = read_lora_config(checkpoint), now = lora_settings();
-    inputCheck(saved.r == now.r && saved.alpha == now.alpha && saved.use_rslora == now.use_rslora,
-               (checkpoint / "adapter_config.json").string(), ": the adapter has r = ", saved.r, ", lora_alpha = ",
-               saved.alpha, ", use_rslora = ", saved.use_rslora ? "true" : "false", "; the config says lora.r = ", now.r,
-               ", lora.alpha = ", now.alpha, ", lora.use_rslora = ", now.use_rslora ? "true" : "false");
-    load_lora_adapter(policy_, checkpoint);  // the base is model.path, loaded at start
-  } else {
-    copy_checkpoint_parameters(*load_hf_model(checkpoint, policy_->dtype(), device_), *policy_, checkpoint, cfg_.model.path);
-  }
+  generators_version_ = state.async.generators_version;
+  last_saved_micro_step_ = micro_step_;
+  last_saved_step_ = optimizer_step_;
+  last_checkpoint_ = checkpoint.string();
+  if (generates_) return restore_generation_rank(checkpoint, state);  // trainer_async.cpp
+  load_policy_weights(checkpoint);
   optimizer_->load_state(checkpoint / "optimizer.pt");
   if (cfg_.grpo.sync_ref_model && fs::exists(checkpoint / "reference.pt")) {
     std::vector<torch::Tensor> saved;
@@ -224,9 +260,22 @@ void Trainer::restore(const fs::path& checkpoint) {
     optimizer_->set_accumulated_gradients(grads);
     step_loss_float32_ = rank_state.step_loss_float32;
   }
-  last_saved_micro_step_ = micro_step_;
-  last_checkpoint_ = checkpoint.string();
   log_info(str("resumed from ", checkpoint.string(), " at step ", optimizer_step_, " (micro-step ", micro_step_, ")"));
+}
+
+// The checkpoint's policy (a whole model, or a LoRA adapter over model.path) into this rank's model.
+void Trainer::load_policy_weights(const fs::path& checkpoint) {
+  const bool saved_lora = is_lora_adapter_directory(checkpoint);
+  if (saved_lora) {
+    const LoraSettings saved = read_lora_config(checkpoint), now = lora_settings();
+    inputCheck(saved.r == now.r && saved.alpha == now.alpha && saved.use_rslora == now.use_rslora,
+               (checkpoint / "adapter_config.json").string(), ": the adapter has r = ", saved.r, ", lora_alpha = ",
+               saved.alpha, ", use_rslora = ", saved.use_rslora ? "true" : "false", "; the config says lora.r = ", now.r,
+               ", lora.alpha = ", now.alpha, ", lora.use_rslora = ", now.use_rslora ? "true" : "false");
+    load_lora_adapter(policy_, checkpoint);  // the base is model.path, loaded at start
+  } else {
+    copy_checkpoint_parameters(*load_hf_model(checkpoint, policy_->dtype(), device_), *policy_, checkpoint, cfg_.model.path);
+  }
 }
 
 }  // namespace rayless

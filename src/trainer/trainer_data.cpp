@@ -11,7 +11,7 @@
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/chat_template.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
@@ -83,7 +83,8 @@ std::string Trainer::dataset_check_fingerprint() const {
 
 PromptDataset Trainer::open_checked_dataset(const std::string& path, const std::string& key, bool& checked_now,
                                            int64_t& longest_prompt) {
-  const int rank = comm_->rank(), world = comm_->size();
+  // every rank, generation ranks too (they draw the prompts): over the whole job, not one role
+  const int rank = world_->rank(), world = world_->size();
   // where indexes go when the data's directory cannot be written
   const fs::path fallback = output_dir_ / "data-index";
   PromptDataset dataset;
@@ -96,12 +97,12 @@ PromptDataset Trainer::open_checked_dataset(const std::string& path, const std::
     }
   }
   // every rank fails alike on what rank 0 found (a missing file), so the job ends together
-  const bool refused = global_max(*comm_, rank0_error.empty() ? 0.0 : 1.0) > 0;
+  const bool refused = global_max(*world_, rank0_error.empty() ? 0.0 : 1.0) > 0;
   inputCheck(!refused, rank == 0 ? rank0_error : std::string("the prompt dataset was refused (rank 0 says why)"));
   if (rank != 0) dataset = PromptDataset::open(path, cfg_.data.prompt_field, cfg_.data.messages_field, key, fallback);
 
   const std::string fingerprint = dataset_check_fingerprint();
-  const bool reused = global_min(*comm_, load_check_record(dataset, fingerprint, longest_prompt) ? 1.0 : 0.0) > 0;
+  const bool reused = global_min(*world_, load_check_record(dataset, fingerprint, longest_prompt) ? 1.0 : 0.0) > 0;
   checked_now = !reused;
   if (reused) {
     inputCheck(dataset.size() > 0, path, ": no usable prompt (", dataset.skipped_lines(), " lines skipped; first: ",
@@ -113,7 +114,7 @@ PromptDataset Trainer::open_checked_dataset(const std::string& path, const std::
       check_prompt_rows(dataset, lines * rank / world, lines * (rank + 1) / world, prompt_format_, *tokenizer_,
                         cfg_.data.max_prompt_length, cfg_.data.truncation, cfg_.data.skip_invalid,
                         [&](const nlohmann::json& row) { return rewards_->check_row(row); });
-  longest_prompt = apply_prompt_check(dataset, agree(*comm_, local, lines), cfg_.data.skip_invalid);  // every rank alike
+  longest_prompt = apply_prompt_check(dataset, agree(*world_, local, lines), cfg_.data.skip_invalid);  // every rank alike
   if (rank == 0) save_check_record(dataset, fingerprint, longest_prompt);
   return dataset;
 }

@@ -4,9 +4,10 @@
 // OUTPUT/rollouts/eval/, numbered by the optimizer step they were taken after.
 #include <torch/types.h>
 
+#include "rayless/agent/tool_workers.h"
 #include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/runtime.h"
@@ -34,31 +35,42 @@ bool Trainer::eval_due() const {
 }
 
 StepMetrics Trainer::evaluate() {
-  const int rank = runtime_.rank(), world = runtime_.size();
+  const int rank = comm_->rank(), world = comm_->size();
   const int64_t G = cfg_.eval.num_generations;
   // prompt i goes to rank i % world: every rank gets its share, even when the set is small
   Drawn drawn;
-  std::vector<std::vector<int64_t>> unique_prompts;
-  for (int64_t i = rank; i < eval_dataset_.size(); i += world) {
-    const PromptRow row = eval_dataset_.row(i);
-    const std::string where = eval_dataset_.where(i);
+  std::vector<PromptRow> rows;
+  std::vector<std::string> where;
+  for (int64_t i = rank; i < eval_dataset_.size(); i += world)
     for (int64_t g = 0; g < G; ++g) {
-      add_prompt(drawn, row, where);
+      rows.push_back(eval_dataset_.row(i));  // read from the file: rows are not held
+      where.push_back(eval_dataset_.where(i));
       drawn.rows.group_index.push_back(static_cast<int64_t>(i));
     }
-    unique_prompts.push_back(drawn.rows.prompt_ids.back());
+  reset_environments(rows, where);
+  std::vector<std::vector<int64_t>> unique_prompts;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    add_prompt(drawn, rows[k], where[k]);
+    if (k % static_cast<size_t>(G) == 0) unique_prompts.push_back(drawn.rows.prompt_ids.back());
   }
+  // an environment may tell each rollout something else: then every row is its own prompt
+  const bool per_row = tool_workers_ && tool_workers_->has_environment();
   torch::Tensor rewards_per_func = torch::zeros({0, static_cast<int64_t>(rewards_->size())}, torch::kFloat32);
   if (!unique_prompts.empty()) {
     SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
-    params.num_generations = G;
+    params.num_generations = per_row ? 1 : G;
     params.greedy = params.greedy || cfg_.eval.greedy;
-    torch::Generator generator = stream_generator(cfg_.train.seed, rank, optimizer_step_, "eval");
+    params.ranks_on_node = runtime_.local_size();
+    // a row's global index: its prompt's place in the eval set, then its generation
+    SamplingStream stream = sampling_stream(cfg_.train.seed, optimizer_step_, "eval");
+    for (int64_t i = rank; i < eval_dataset_.size(); i += world)
+      for (int64_t g = 0; g < G; ++g) stream.rows.push_back(i * G + g);
     policy_->eval();
     {
-      AutocastScope autocast(cfg_.train.bf16, device_);
-      drawn.sampled = generate(policy_, unique_prompts, params, generator, tokenizer_.get());
+      ops::AutocastScope autocast(cfg_.train.bf16, device_);
+      drawn.sampled = generate(policy_, per_row ? drawn.rows.prompt_ids : unique_prompts, params, stream, tokenizer_.get());
     }
+    if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream), where);
     policy_->train();
     take_sampled(drawn, optimizer_step_);
     drawn.rows.advantages = torch::zeros({drawn.rows.size()}, torch::kFloat32);
@@ -69,7 +81,7 @@ StepMetrics Trainer::evaluate() {
   const torch::Tensor all = torch::cat(comm_->allgather_variable(rewards_per_func), 0);
   const torch::Tensor lengths =
       torch::cat(comm_->allgather_variable(unique_prompts.empty() ? torch::zeros({0}, torch::kFloat32)
-                                                                  : drawn.rows.raw_lengths.to(torch::kFloat32)),
+                                                                  : drawn.rows.model_lengths().to(torch::kFloat32)),
                  0);
   const torch::Tensor clipped =
       torch::cat(comm_->allgather_variable(unique_prompts.empty() ? torch::zeros({0}, torch::kFloat32)
@@ -93,7 +105,9 @@ StepMetrics Trainer::evaluate() {
 
   if (!unique_prompts.empty()) {
     RolloutExtras extras{rewards_per_func, (rewards_per_func * weights.unsqueeze(0)).nansum(1), drawn.sampled.entropies,
-                         drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor()};
+                         drawn.sampled.logprobs.defined() ? drawn.sampled.logprobs.to(logp_dtype_) : torch::Tensor(), {}};
+    for (const AgentRollout& r : drawn.rollouts)
+      extras.conversations.push_back(r.record().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     RolloutAttrs attrs = store_attrs(G);
     attrs.strings["split"] = "eval";
     write_rollouts((output_dir_ / "rollouts" / "eval").string(), pack_rollouts(drawn.rows, rank, extras), attrs);

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <string>
 
+#include "rayless/agent/agent_rollout.h"
 #include "rayless/base/error.h"
 #include "rayless/base/hash.h"
-#include "rayless/model/autocast_scope.h"
+#include "rayless/ops/autocast_scope.h"
+#include "rayless/sampler/sampler.h"
 
 namespace rayless::trainer_detail {
 
@@ -32,5 +34,9 @@ inline torch::Generator stream_generator(int64_t seed, int64_t rank, int64_t gen
   const std::string key = str(seed, "/", rank, "/", generation_step, "/", purpose);
   return at::detail::createCPUGenerator(fnv1a64(key.data(), key.size()) & 0x7fffffffffffffffULL);
 }
+
+// The sampler's rows as per-row token lists (cut after the first EOS), with its log-probs and
+// entropies: a first turn for the tool loop (trainer_agent.cpp).
+TurnOutput turn_output(const GenerationOutput& out);
 
 }  // namespace rayless::trainer_detail

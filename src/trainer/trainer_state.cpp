@@ -23,6 +23,10 @@ nlohmann::json TrainerState::to_json() const {
                         {"optimizer_step", segment.optimizer_step},
                         {"generation_step", segment.generation_step},
                         {"data_cursor", {{"epoch", segment.data_cursor.epoch}, {"offset", segment.data_cursor.offset}}}};
+  if (async.generation_ranks > 0)
+    j["async"] = {{"generation_ranks", async.generation_ranks},
+                  {"async_lag", async.async_lag},
+                  {"generators_version", async.generators_version}};
   return j;
 }
 
@@ -53,13 +57,25 @@ TrainerState TrainerState::from_json(const nlohmann::json& j, const std::string&
       s.segment.generation_step = g.at("generation_step").get<int64_t>();
       s.segment.data_cursor = {g.at("data_cursor").at("epoch").get<int64_t>(), g.at("data_cursor").at("offset").get<int64_t>()};
     }
+    if (j.contains("async")) {
+      s.async.generation_ranks = j["async"].at("generation_ranks").get<int64_t>();
+      s.async.async_lag = j["async"].at("async_lag").get<int64_t>();
+      s.async.generators_version = j["async"].at("generators_version").get<int64_t>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw InputError(str(where, ": not a rayless trainer state (", e.what(), ")"));
   }
   return s;
 }
 
-void TrainerState::check_resumable(const std::string& where, int64_t world, bool mid_accumulation, int64_t max_steps) const {
+void TrainerState::check_resumable(const std::string& where, int64_t world, bool mid_accumulation, int64_t max_steps,
+                                   const AsyncState& now) const {
+  inputCheck(async.generation_ranks == 0 ||
+                 (world_size == world && now.generation_ranks == async.generation_ranks && now.async_lag == async.async_lag),
+             where, " was taken by ", world_size, " ranks with distributed.generation_ranks = ", async.generation_ranks,
+             " and grpo.async_lag = ", async.async_lag,
+             " (generations in flight live on the generation ranks): resume it with the same (now ", world,
+             " ranks, generation_ranks = ", now.generation_ranks, ", async_lag = ", now.async_lag, ")");
   inputCheck(world_size == world || (!mid_cycle() && !mid_accumulation), where, " was taken by ", world_size,
              " ranks in the middle of a generation cycle; resume it with ", world_size, " ranks (now ", world, ")");
   inputCheck(optimizer_step < max_steps || (optimizer_step == max_steps && !mid_accumulation), where, " is at step ",
@@ -75,6 +91,13 @@ nlohmann::json RankState::to_json(int64_t seed) const {
   j["step_loss_float32"] = step_loss_float32;
   if (!generation_file_hash.empty()) j["generation_file_hash"] = generation_file_hash;
   j["zero_stage"] = zero_stage;
+  if (generation_rank) {
+    j["generation_rank"] = true;
+    nlohmann::json flying = nlohmann::json::array();
+    for (const InFlight& f : in_flight)
+      flying.push_back({{"step", f.step}, {"policy_version", f.policy_version}, {"file_hash", f.file_hash}});
+    j["in_flight"] = flying;
+  }
   return j;
 }
 
@@ -85,6 +108,11 @@ RankState RankState::from_json(const nlohmann::json& j) {
   s.step_loss_float32 = j.value("step_loss_float32", 0.0f);
   s.generation_file_hash = j.value("generation_file_hash", std::string());
   s.zero_stage = j.value("zero_stage", int64_t{0});
+  s.generation_rank = j.value("generation_rank", false);
+  if (j.contains("in_flight") && j["in_flight"].is_array())
+    for (const auto& f : j["in_flight"])
+      s.in_flight.push_back({f.value("step", int64_t{0}), f.value("policy_version", int64_t{-1}),
+                             f.value("file_hash", std::string())});
   return s;
 }
 

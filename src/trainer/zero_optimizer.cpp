@@ -11,7 +11,7 @@
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
 #include "rayless/comm/communicator.h"
-#include "rayless/trainer/adamw_update.h"
+#include "rayless/ops/ops.h"
 #include "rayless/trainer/torch_file.h"
 
 namespace rayless {
@@ -140,7 +140,7 @@ void ZeroOptimizer::after_backward() {
 
 double ZeroOptimizer::clip_gradients() {
   double local = 0;
-  for (const auto& g : gradient_slices_) local += sum_of_squares(g);
+  for (const auto& g : gradient_slices_) local += ops::sum_of_squares(g);
   const double norm = std::sqrt(global_sum(comm_, local));
   clip_by_norm(gradient_slices_, norm, config_.max_grad_norm);
   return norm;
@@ -172,13 +172,13 @@ double ZeroOptimizer::step(int64_t step, bool apply) {
       exp_avg_[k] = torch::zeros_like(weights);
       exp_avg_sq_[k] = torch::zeros_like(weights);
     }
-    AdamWHyper hyper;  // the decay is applied above, piece by piece
+    ops::AdamWHyper hyper;  // the decay is applied above, piece by piece
     hyper.lr = lr;
     hyper.beta1 = config_.adam_beta1;
     hyper.beta2 = config_.adam_beta2;
     hyper.eps = config_.adam_epsilon;
     hyper.step = adam_steps_;
-    adamw_update(weights, gradient_slices_[k].contiguous(), exp_avg_[k], exp_avg_sq_[k], hyper);
+    ops::adamw_update(weights, gradient_slices_[k].contiguous(), exp_avg_[k], exp_avg_sq_[k], hyper);
     // every rank's updated slice, back into the whole parameters
     const torch::Tensor gathered = comm_.allgather(weights).view({-1});
     for (const ShardPiece& piece : bucket.pieces)

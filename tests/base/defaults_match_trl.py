@@ -59,6 +59,11 @@ SHARED = {
     "train.max_steps": ("max_steps", None),
     "checkpoint.save_steps": ("save_steps", None),
     "log.logging_steps": ("logging_steps", None),
+    "grpo.vllm_importance_sampling_correction": ("vllm_importance_sampling_correction", None),
+    "grpo.vllm_importance_sampling_mode": ("vllm_importance_sampling_mode", None),
+    "grpo.vllm_importance_sampling_clip_max": ("vllm_importance_sampling_clip_max", 0.0),
+    "grpo.vllm_importance_sampling_clip_min": ("vllm_importance_sampling_clip_min", 0.0),
+    "grpo.off_policy_mask_threshold": ("off_policy_mask_threshold", 0.0),
 }
 # Defaults that differ on purpose (docs/config.md, "Defaults and TRL").
 DIFFERENT = {

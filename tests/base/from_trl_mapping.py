@@ -2,10 +2,10 @@
 """docs/from-trl.md tells a TRL user what ships today, as far as the code can say:
 
 - every rayless key it names (`section.key`, `section.key = value`, `[section]`, the
-  `[reward.workers.NAME]` / `[reward.models.NAME]` tables) is one the config table has, and every
+  `[reward.workers.NAME]` / `[reward.models.NAME]` / `[tools.NAME]` tables) is one the config table has, and every
   `key = value` it shows is accepted by `rayless config check --skip-paths` (its files are examples);
 - every TOML example in it passes `rayless config check --skip-paths`;
-- every GRPOConfig field whose default rayless reproduces (defaults_match_trl.py's SHARED, the 44
+- every GRPOConfig field whose default rayless reproduces (defaults_match_trl.py's SHARED, the 49
   fields of tests/data/grpo_config_defaults.json) has its row, naming the same rayless key;
 - every TRL name the code points at a rayless key (trl_names(): the hint "TRL's X is KEY here" of
   `rayless config check`, listed by `rayless config reference`) has its row, mapping it to that key, so
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from defaults_match_trl import SHARED  # noqa: E402  (rayless key -> (GRPOConfig field, None's value))
 from docs_match_code import BLOCKS, block  # noqa: E402  (the generated lists of `rayless config reference`)
 
-NAMED = re.compile(r"^reward\.(workers|models)\.[^.]+")  # a named reward table: the name is the user's
+NAMED = re.compile(r"^(reward\.workers|reward\.models|tools)\.[^.]+")  # a named table: the name is the user's
 FILE_SUFFIXES = {"json", "jsonl", "jinja", "safetensors", "toml", "py", "h5", "md", "txt", "sh"}
 
 
@@ -37,7 +37,8 @@ def config_keys(rayless, workdir):
     """Every key the config table has, named tables as reward.workers.NAME.KEY / reward.models.NAME.KEY."""
     path = os.path.join(workdir, "tables.toml")
     with open(path, "w") as f:  # one table of each kind, so that `config show` prints their keys
-        f.write('[reward]\nfunctions = ["w", "m"]\n[reward.workers.w]\ncommand = "x"\n[reward.models.m]\npath = "p"\n')
+        f.write('[reward]\nfunctions = ["w", "m"]\n[reward.workers.w]\ncommand = "x"\n[reward.models.m]\npath = "p"\n'
+                '[tools.t]\ncommand = "x"\n')
     shown = run(rayless, "config", "show", path)
     if shown.returncode != 0:
         sys.exit(f"rayless config show failed: {shown.stderr.strip()}")
@@ -46,10 +47,10 @@ def config_keys(rayless, workdir):
     def walk(prefix, table):
         for name, value in table.items():
             full = f"{prefix}.{name}" if prefix else name
-            if isinstance(value, dict) and prefix in ("", "reward", "reward.workers", "reward.models"):
+            if isinstance(value, dict) and prefix in ("", "reward", "reward.workers", "reward.models", "tools"):
                 walk(full, value)
             else:
-                keys.add(NAMED.sub(lambda m: f"reward.{m.group(1)}.NAME", full))
+                keys.add(NAMED.sub(lambda m: f"{m.group(1)}.NAME", full))
 
     walk("", tomllib.loads(shown.stdout))
     return keys
@@ -69,12 +70,12 @@ def named_keys(spans, sections):
         span = span.strip()
         table = re.fullmatch(r"\[([a-z_.A-Z0-9-]+)\]", span)
         if table and (table.group(1) in sections or NAMED.fullmatch(table.group(1))):
-            out.append((f"[{NAMED.sub(lambda m: f'reward.{m.group(1)}.NAME', table.group(1))}]", None))
+            out.append((f"[{NAMED.sub(lambda m: f'{m.group(1)}.NAME', table.group(1))}]", None))
             continue
         m = key.match(span)
         if not m or m.group(2).rsplit(".", 1)[-1] in FILE_SUFFIXES:  # tokenizer.json is a file, not a key
             continue
-        out.append((NAMED.sub(lambda n: f"reward.{n.group(1)}.NAME", f"{m.group(1)}.{m.group(2)}"), m.group(3)))
+        out.append((NAMED.sub(lambda n: f"{n.group(1)}.NAME", f"{m.group(1)}.{m.group(2)}"), m.group(3)))
     return out
 
 

@@ -25,7 +25,7 @@ bool cpuinfo_lists(const std::string& wanted) {
 
 }  // namespace
 
-TEST_CASE("cpu_has_avx512f, cpu_has_avx2, cpu_has_fma and cpu_has_bfloat16_units agree with /proc/cpuinfo's flags") {
+TEST_CASE("cpu_has_avx512f, cpu_has_avx2, cpu_has_fma, cpu_has_bfloat16_units and cpu_has_amx_bf16 agree with /proc/cpuinfo's flags") {
   if (!std::ifstream("/proc/cpuinfo")) {
     WARN("no /proc/cpuinfo here: nothing to compare with");
     return;
@@ -37,10 +37,13 @@ TEST_CASE("cpu_has_avx512f, cpu_has_avx2, cpu_has_fma and cpu_has_bfloat16_units
   CHECK(rayless::cpu_has_avx2() == cpuinfo_lists("avx2"));
   CHECK(rayless::cpu_has_fma() == cpuinfo_lists("fma"));
   CHECK(rayless::cpu_has_bfloat16_units() == (cpuinfo_lists("avx512_bf16") || cpuinfo_lists("amx_bf16")));
+  CHECK(rayless::cpu_has_amx_bf16() == (cpuinfo_lists("amx_bf16") && cpuinfo_lists("amx_tile") &&
+                                        cpuinfo_lists("avx512f") && cpuinfo_lists("avx512_bf16")));
 #else
   CHECK_FALSE(rayless::cpu_has_avx512f());
   CHECK_FALSE(rayless::cpu_has_avx2());
   CHECK_FALSE(rayless::cpu_has_fma());
   CHECK_FALSE(rayless::cpu_has_bfloat16_units());
+  CHECK_FALSE(rayless::cpu_has_amx_bf16());
 #endif
 }

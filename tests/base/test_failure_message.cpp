@@ -53,7 +53,7 @@ TEST_CASE("failure_message: an allocation that fails names the phase that was ru
   CHECK(memory_phase() == "sampling");
 }
 
-TEST_CASE("failure_message: a phase with bounds names the sizes and the settings to lower; exit 5") {
+TEST_CASE("failure_message: a phase with bounds names the sizes and the settings to lower, exit 5") {
   try {
     const MemoryPhase phase("generation 2 (sampling)", "512 rows x 2012 positions, KV cache 3.9 GiB; bounded by "
                                                        "train.per_device_train_batch_size 64 x steps_per_generation 8");

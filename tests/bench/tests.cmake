@@ -21,12 +21,12 @@ add_test(NAME bench-decode-prints-limits
                  --rows 1,4 --steps 3)
 set_tests_properties(bench-decode-prints-limits PROPERTIES TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "decode floor.*\\| 4 \\| [0-9.]+ \\| [0-9.]+ \\|")
-# `rayless-bench products` times each product on the kernel DecodingLinear picks (a smoke check)
+# `rayless-bench products` times each product on the kernel GenerationLinear picks (a smoke check)
 add_test(NAME bench-products-prints-kernels
          COMMAND $<TARGET_FILE:rayless-bench> products --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json
                  --rows 1,4 --pool-mb 4 --bf16)
 set_tests_properties(bench-products-prints-kernels PROPERTIES TIMEOUT 120
-                     PASS_REGULAR_EXPRESSION "\\| down \\| \\[256, 704\\] \\| [A-Za-z:, ]+ \\| 4 \\| [0-9.]+ \\|")
+                     PASS_REGULAR_EXPRESSION "\\| down \\| \\[256, 704\\] \\| [A-Za-z0-9_]+ \\| 4 \\| [0-9.]+ \\|")
 add_test(NAME bench-products-bad-rows-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/expect_one_line_exit2.sh
          "bench products: --rows must list positive integers" $<TARGET_FILE:rayless-bench> products
          --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json --rows 0)
@@ -36,3 +36,10 @@ add_test(NAME bench-decode-bad-rows-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}
          --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json --rows 1,x)
 add_test(NAME bench-decode-bad-json-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/expect_one_line_exit2.sh
          "not valid JSON" $<TARGET_FILE:rayless-bench> decode --config-json ${CMAKE_SOURCE_DIR}/configs/demo.toml)
+# the profiling library (tools/profile/op_times.cpp) preloaded into a generation prints its operators at exit
+add_test(NAME bench-op-times-profiles-generate COMMAND sh -c "\
+  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$<TARGET_FILE:rayless-op-times> $<TARGET_FILE:rayless> generate \
+    --model ${CMAKE_SOURCE_DIR}/configs/models/tiny --prompt hi --max-new-tokens 4 --greedy 2>op_times.txt >/dev/null && \
+  cat op_times.txt && grep -q '^=== window [0-9.]* s, top-level calls [0-9.]* s$' op_times.txt && \
+  grep -q ' ms .*aten::linear x[0-9]' op_times.txt")
+set_tests_properties(bench-op-times-profiles-generate PROPERTIES TIMEOUT 120 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

@@ -217,7 +217,7 @@ TEST_CASE("globals: raise_exception and strftime_now", "[jinja]") {
   CHECK(render("{{ strftime_now('%Y') }}").size() == 4);
 }
 
-TEST_CASE("errors: syntax errors name the line; the sandbox refuses mutation", "[jinja]") {
+TEST_CASE("errors: syntax errors name the line, the sandbox refuses mutation", "[jinja]") {
   CHECK_THROWS_AS(Template("{% if x %}\n{% endfor %}", "bad.jinja"), rayless::InputError);
   CHECK_THROWS_WITH(Template("a\nb\n{{ 1 + }}", "bad.jinja"), Catch::StartsWith("bad.jinja:3: "));
   CHECK_THROWS_WITH(Template("{% for x in y %}\n", "bad.jinja"), Catch::StartsWith("bad.jinja:"));

@@ -1,3 +1,5 @@
+# the completion log-prob passes load the golden model directories (hf)
+target_link_libraries(test-grpo PRIVATE rayless_hf)
 # The TRL reference cases: single process, then under mpirun (distributed entropy thresholds).
 if(TARGET rayless-refcheck)
   add_test(NAME grpo-refcheck COMMAND rayless-refcheck ${RAYLESS_TEST_DATA}/trl-reference)

@@ -1,23 +1,28 @@
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
-#include "rayless/base/bfloat16_products.h"
 #include "rayless/base/cpu_features.h"
 #include "rayless/base/error.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/autocast_linear.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/completion_logprobs.h"
-#include "rayless/model/hf_checkpoint.h"
-#include "rayless/model/safetensors.h"
-#include "rayless/model/transpose.h"
+#include "rayless/grpo/completion_logprobs.h"
+#include "rayless/hf/model_directory.h"
+#include "rayless/hf/safetensors.h"
+#include "rayless/ops/autocast_scope.h"
+#include "rayless/ops/ops.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
+// the projections' linear where it takes its autocast path (ops::linear), which the caller requires
+torch::Tensor autocast_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  REQUIRE(autocast_linear_applies(x, weight));
+  return ops::linear(x, weight, bias);
+}
+
 // max |a - b| over the real (mask = 1) positions of [B, T, V] logits
 double masked_max_error(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
   auto keep = mask.to(torch::kBool).unsqueeze(-1).expand_as(a);
@@ -112,16 +117,16 @@ TEST_CASE("golden: logits under bfloat16 autocast match transformers, full forwa
     const auto full = model->forward(ids, mask).to(torch::kFloat32);
     // prefill the first 9 tokens (every row holds a real one by then), then one token per step
     const int64_t prefill = 9;
-    FusedDecodingWeights fused(model);
+    FusedGenerationWeights fused(model);
     const auto& attention = *model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn;
-    CHECK(attention.decoding_qkv.compute_dtype() == torch::kBFloat16);
+    CHECK(attention.generation_qkv.compute_dtype() == torch::kBFloat16);
     // where the CPU has AMX the products whose shapes fit the tiles run on rayless's tile kernel
-    // (model/amx_linear.h): o_proj in all three models, q/k/v in qwen2 (with biases) and llama (128
+    // (amx_linear): o_proj in all three models, q/k/v in qwen2 (with biases) and llama (128
     // outputs; qwen3's 144 do not fill 64-output blocks and stay on oneDNN's)
     // (widened products stay off them: they run in float32)
-    const bool tiles = amx::available() && products == BFloat16Products::bfloat16;
-    CHECK(attention.decoding_o.on_amx_tiles() == tiles);
-    CHECK(attention.decoding_qkv.on_amx_tiles() == (tiles && name != "qwen3"));
+    const bool tiles = kernel_plan().on(Kernel::amx_linear) && products == BFloat16Products::bfloat16;
+    CHECK((std::string(attention.generation_o.kernel()) == "amx_linear") == tiles);
+    CHECK((std::string(attention.generation_qkv.kernel()) == "amx_linear") == (tiles && name != "qwen3"));
     KVCache cache;
     std::vector<torch::Tensor> steps{model->logits(model->forward_hidden(ids.narrow(1, 0, prefill), mask.narrow(1, 0, prefill), {}, &cache))};
     for (int64_t t = prefill; t < ids.size(1); ++t)
@@ -485,7 +490,7 @@ TEST_CASE("fused decoding weights give the separate projections' logits") {
     auto mask = torch::ones({rows, 7}, torch::kLong);
     mask.narrow(1, 0, 2)[0].fill_(0);  // row 0 is left-padded by 2
     auto decode = [&](bool fuse) {
-      std::optional<FusedDecodingWeights> fused;
+      std::optional<FusedGenerationWeights> fused;
       if (fuse) fused.emplace(model);
       KVCache cache;
       std::vector<torch::Tensor> steps{model->logits(model->forward_hidden(ids.narrow(1, 0, 4), mask.narrow(1, 0, 4), {}, &cache))};
@@ -498,8 +503,8 @@ TEST_CASE("fused decoding weights give the separate projections' logits") {
     CHECK(masked_max_error(fused, separate, mask) < 1e-5);
   }
   // the copies are gone once the guard is: a later pass uses the (updated) parameters
-  { FusedDecodingWeights fused(model); }
-  CHECK_FALSE(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->decoding_qkv.defined());
+  { FusedGenerationWeights fused(model); }
+  CHECK_FALSE(model->model->layers->ptr<DecoderLayerImpl>(0)->self_attn->generation_qkv.defined());
 }
 
 // The MLP's down projection recomputes its input, silu(gate) * up, in backward instead of keeping it:
@@ -601,7 +606,7 @@ TEST_CASE("autocast_linear gives autocast's linear bit for bit, the weight's gra
 }
 
 // With train.bf16_products = float32, autocast_linear's three products are the widened formulas
-// (bfloat16_products.h) bit for bit, and its gradients as near the exact ones as autocast's own.
+// (ops.h) bit for bit, and its gradients as near the exact ones as autocast's own.
 TEST_CASE("autocast_linear with float32 products: the widened products bit for bit, gradients as near exact as autocast's") {
   torch::manual_seed(11);
   const auto f32 = torch::kFloat32, low = torch::kBFloat16;

@@ -10,4 +10,4 @@ add_test(NAME "model: rayless generate on a non-model directory exits 2"
 set_tests_properties("model: rayless generate on a non-model directory exits 2" PROPERTIES
                      PASS_REGULAR_EXPRESSION "rayless: error: .*docs: not a model directory" TIMEOUT 60)
 # the RoPE / sliding-window golden tests compare greedy generate() with transformers' generate
-target_link_libraries(test-model PRIVATE rayless_sampler)
+target_link_libraries(test-model PRIVATE rayless_sampler rayless_hf rayless_grpo)

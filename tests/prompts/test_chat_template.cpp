@@ -7,7 +7,7 @@
 
 #include "rayless/base/config.h"
 #include "rayless/base/error.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/chat_template.h"
 #include "rayless/prompts/dataset.h"
 #include "rayless/prompts/prompt_builder.h"
@@ -120,7 +120,7 @@ TEST_CASE("prompt builder: TRL's ids (plain text through the post-processor, mes
   CHECK(wrapped.ids[1] != bos);
 }
 
-TEST_CASE("prompt builder: a row the template refuses names the dataset line; kwargs reach the template") {
+TEST_CASE("prompt builder: a row the template refuses names the dataset line, kwargs reach the template") {
   const fs::path dir = fresh_dir("dataset");
   write(dir / "data.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n"
                             "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}]}\n");
@@ -138,7 +138,7 @@ TEST_CASE("prompt builder: a row the template refuses names the dataset line; kw
                     Catch::Contains("data.jsonl:2: cannot render the messages") && Catch::Contains("system unsupported"));
 }
 
-TEST_CASE("config: chat_template defaults to auto; chat_template_kwargs is a table that round-trips") {
+TEST_CASE("config: chat_template defaults to auto, chat_template_kwargs is a table that round-trips") {
   Config c;
   CHECK(c.tokenizer.chat_template == "auto");
   apply_override(c, "tokenizer.chat_template_kwargs={ enable_thinking = false, style = \"short\", n = 2 }");

@@ -5,9 +5,11 @@
 #include <fstream>
 
 #include <hdf5.h>
+#include <nlohmann/json.hpp>
 
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
+#include "rayless/rollout/rollout_batch.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rollout_test_util.h"
 
@@ -45,6 +47,7 @@ Rollouts make_rollouts(int64_t step, int64_t rank, int64_t groups = 3, int64_t g
   r.completion_mask = torch::rand({t}) > 0.2;
   if (with_ref) r.ref_logps = -torch::rand({t}, float_type) * 5;
   r.truncated = torch::rand({n}) > 0.5;
+  if (with_ref) r.nonfinite_logits = torch::rand({n}) > 0.8;  // optional, as ref_logps
   return r;
 }
 
@@ -84,6 +87,7 @@ void check_same(const Rollouts& a, const Rollouts& b) {
   CHECK(same(a.completion_mask, b.completion_mask));
   CHECK(same(a.ref_logps, b.ref_logps));
   CHECK(same(a.truncated, b.truncated));
+  CHECK(same(a.nonfinite_logits, b.nonfinite_logits));
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -128,6 +132,44 @@ TEST_CASE("store: write and read back bit for bit") {
   // the earlier steps are still there
   CHECK(read_rollouts(dir, 1, 0, "", "").size() == 12);
   CHECK(list_rollouts(dir).size() == 3);
+}
+
+TEST_CASE("store: tool-calling steps keep who wrote each token and the conversations, a resume pads the mask with 1") {
+  const std::string dir = (scratch_dir() / "tools").string();
+  Rollouts r = make_rollouts(0, 0, 2, 2);
+  const int64_t t = r.completion_ids.size(0);
+  r.tool_mask = torch::rand({t}) > 0.4;
+  for (int64_t i = 0; i < r.size(); ++i)
+    r.conversations.push_back(nlohmann::json{{"tool_calls", i}, {"text", "r\u00e9sultat \"" + std::to_string(i) + "\""}}.dump());
+  write_rollouts(dir, r, make_attrs(1));
+  const Rollouts back = read_rollouts(dir, 0, 0, "", "");
+  REQUIRE(back.tool_mask.defined());
+  CHECK(back.tool_mask.scalar_type() == torch::kBool);
+  CHECK(torch::equal(back.tool_mask, r.tool_mask));
+  CHECK(back.conversations == r.conversations);
+  // steps without tools store neither
+  write_rollouts(dir, make_rollouts(1, 0, 2, 2), make_attrs(1));
+  const Rollouts plain = read_rollouts(dir, 1, 0, "", "");
+  CHECK(!plain.tool_mask.defined());
+  CHECK(plain.conversations.empty());
+  // a batch read back for a resumed cycle: the mask as the loss takes it, 1 after each row's end (TRL pads it so)
+  const RolloutBatch batch = unpack_rollouts(back, 12, 0);
+  REQUIRE(batch.tool_mask.defined());
+  const torch::Tensor lengths = back.completion_offsets.slice(0, 1) - back.completion_offsets.slice(0, 0, back.size());
+  for (int64_t i = 0; i < back.size(); ++i) {
+    const int64_t begin = back.completion_offsets[i].item<int64_t>(), length = lengths[i].item<int64_t>();
+    CHECK(torch::equal(batch.tool_mask[i].slice(0, 0, length), back.tool_mask.slice(0, begin, begin + length).to(torch::kFloat32)));
+    CHECK(batch.tool_mask[i].slice(0, length).eq(1).all().item<bool>());
+  }
+  // and packing it again gives the stored mask
+  RolloutExtras extras{back.rewards_per_func, back.rewards, torch::Tensor(), torch::Tensor(), back.conversations};
+  RolloutBatch again = batch;
+  again.advantages = back.advantages;
+  CHECK(torch::equal(pack_rollouts(again, 0, extras).tool_mask, back.tool_mask));
+  // a mask of the wrong length is refused before anything is written
+  r.step = 2;
+  r.tool_mask = torch::ones({t + 1}, torch::kBool);
+  CHECK_THROWS_AS(write_rollouts(dir, r, make_attrs(1)), InputError);
 }
 
 TEST_CASE("store: datasets are chunked and deflate-compressed") {
@@ -305,6 +347,9 @@ TEST_CASE("store: invalid rollouts are refused before writing") {
   r = make_rollouts(1, 0);
   r.old_logps = r.old_logps.slice(0, 1);
   CHECK_THROWS_WITH(write_rollouts(dir, r, make_attrs()), Catch::Contains("old_logps"));
+  r = make_rollouts(1, 0);
+  r.nonfinite_logits = torch::zeros({r.size() + 1}, torch::kBool);  // one row too many
+  CHECK_THROWS_WITH(write_rollouts(dir, r, make_attrs()), Catch::Contains("nonfinite_logits must be [N = 12]"));
   CHECK_FALSE(fs::exists(fs::path(dir) / "rank-00000.h5"));
 }
 
@@ -332,6 +377,17 @@ TEST_CASE("store: python fixture", "[.python-fixture]") {
       r.completion_mask = torch::ones({t}, torch::kBool);
       r.ref_logps = rank == 0 ? -torch::arange(t, torch::kFloat32) / 20 : torch::Tensor();
       r.rewards = torch::arange(r.size(), torch::kFloat32) + 100 * step + 10 * rank;
+      if (step == 2) {  // a tool-calling step: the model wrote even token positions, tools the odd ones
+        r.tool_mask = torch::arange(t, torch::kInt64).remainder(2).eq(0);
+        for (int64_t i = 0; i < r.size(); ++i)
+          r.conversations.push_back(nlohmann::ordered_json{{"messages", nlohmann::ordered_json::array({
+                                                                {{"role", "assistant"}, {"content", "call " + std::to_string(i)}},
+                                                                {{"role", "tool"}, {"name", "add"}, {"content", "é"}}})},
+                                                            {"turns", nlohmann::ordered_json::array()},
+                                                            {"tool_calls", i},
+                                                            {"tool_failures", 0}}
+                                        .dump());
+      }
       write_rollouts(env, r, make_attrs(2));
     }
   set_rollout_attribute(env, 2, 0, "entropy_threshold", 0.75);

@@ -85,3 +85,58 @@ TEST_CASE("a stall names the ranks that never wrote a heartbeat, not those that 
   CHECK_THAT(captured->message, !Catch::Contains("rank 2"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("rank groups: call counts compare within a group, another group's rank is named only when silent") {
+  // world of 4 seen from rank 0 (group 0 with rank 1; ranks 2, 3 group 1, as asynchronous GRPO's
+  // training and generation ranks): every other rank is behind in calls, ranks 1 and 2 write recent
+  // heartbeats, rank 3 went quiet
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "rayless-test-heartbeat-groups";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const long long now = std::time(nullptr);
+  { std::ofstream(dir / "rank-00001") << "0 5 " << now << " node1\n"; }
+  { std::ofstream(dir / "rank-00002") << "0 5 " << now << " node2\n"; }
+  { std::ofstream(dir / "rank-00003") << "0 5 " << now - 600 << " node2\n"; }
+  Watchdog& watchdog = Watchdog::instance();
+  auto captured = capture_stalls(watchdog);
+  watchdog.start(0.05, 0);
+  watchdog.set_heartbeat_dir(dir.string(), 4);
+  watchdog.set_rank_groups({0, 0, 1, 1});
+  for (int i = 0; i < 3; ++i) CollectiveGuard counted("barrier");
+  stall_in("allgather", *captured);
+  watchdog.stop();
+  watchdog.set_rank_groups({});
+  watchdog.set_heartbeat_dir("", 0);
+  watchdog.reset_stall_handler();
+  REQUIRE(captured->calls == 1);
+  CHECK_THAT(captured->message, Catch::Contains("rank 1 (node1"));  // its own group, behind in calls
+  CHECK_THAT(captured->message, !Catch::Contains("rank 2"));        // the other group, heartbeat recent
+  CHECK_THAT(captured->message, Catch::Contains("rank 3 (node2: silent for"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("collectives in an UncountedCollectives scope are timed but not counted") {
+  Watchdog& watchdog = Watchdog::instance();
+  auto call_number = [](const std::string& message) {
+    const size_t at = message.find("collective call #");
+    REQUIRE(at != std::string::npos);
+    return std::stoll(message.substr(at + 17));
+  };
+  auto first = capture_stalls(watchdog);
+  watchdog.start(0.05, 0);
+  stall_in("allreduce", *first);  // counted: its number is the count so far
+  watchdog.stop();
+  auto second = capture_stalls(watchdog);
+  watchdog.start(0.05, 0);
+  {
+    UncountedCollectives only_some_ranks;
+    for (int i = 0; i < 5; ++i) CollectiveGuard pushed("broadcast");
+    stall_in("broadcast", *second);  // still timed and reported
+  }
+  watchdog.stop();
+  watchdog.reset_stall_handler();
+  REQUIRE(first->calls == 1);
+  REQUIRE(second->calls == 1);
+  CHECK_THAT(second->message, Catch::Contains("collective broadcast stalled"));
+  CHECK(call_number(second->message) == call_number(first->message));  // six broadcasts, none counted
+}

@@ -51,8 +51,8 @@ set_tests_properties("slurm: plot_reward.sh draws metrics.jsonl" PROPERTIES TIME
 
 # The two-node cluster (tools/slurm/start_multinode.sh: a network and UTS namespace per node, one
 # slurmd each), label multinode: training across nodes equals a single-node run, preemption and
-# requeue across nodes, Slurm's own time-limit warning (--time=2 --signal=B:USR1@60) with requeue, an array job, a node lost mid-run (named, then resumed exactly). Skipped (77) when tools/test.sh did not start it.
-foreach(_what train preempt timelimit sweep nodelost)
+# requeue across nodes, Slurm's own time-limit warning (--time=2 --signal=B:USR1@60) with requeue, an array job, asynchronous GRPO with the generation ranks on the second node, a node lost mid-run (named, then resumed exactly). Skipped (77) when tools/test.sh did not start it.
+foreach(_what train preempt timelimit sweep async nodelost)
   add_test(NAME "multinode: ${_what}" COMMAND ${RAYLESS_SLURM_TOOLS}/test_multinode.sh ${_what} $<TARGET_FILE:rayless>
            ${RAYLESS_SLURM_WORK}/multinode-${_what})
   set_tests_properties("multinode: ${_what}" PROPERTIES SKIP_RETURN_CODE 77 RESOURCE_LOCK rayless_slurm_multinode

@@ -8,7 +8,8 @@
 #     naming the last checkpoint, which is whole and finite; nothing of that step written.
 #  2. optim.learning_rate = 1e30: the second generation's logits are not finite (before the guard the
 #     sampler died in LibTorch's multinomial); 3 steps in a row skipped, exit 4, every checkpoint
-#     finite and equal to step 1's.
+#     finite and equal to step 1's. 2b: the same with a generation rank (np 3): its marks travel to
+#     the training ranks.
 #  3. optim.learning_rate = 1e39: the update itself is not finite; the checkpoint is refused (exit 4),
 #     none is written.
 #  4. a reward worker returning +-1e308 (infinite in float32): warned with the row, the step not
@@ -97,6 +98,28 @@ all_finite "$work/lr30" || fail "a checkpoint holds a non-finite tensor"
 for s in 2 3; do cmp -s "$work/lr30/checkpoints/step-00000001/model.safetensors" "$work/lr30/checkpoints/step-0000000$s/model.safetensors" \
   || fail "step $s changed the weights"; done
 echo "PASS: learning rate 1e30: non-finite logits caught in generation, 3 steps left out, exit 4, checkpoints finite"
+
+# 2b. the same with a generation rank (issue 49): its sampler's marks reach the training ranks
+mpirun -np 3 --oversubscribe --bind-to none "$rayless" train "${common[@]}" --output "$work/lr30-async" \
+  --set optim.learning_rate=1e30 --set train.max_steps=8 --set distributed.generation_ranks=1 > "$work/lr30-async.log" 2>&1
+rc=$?
+[ $rc -eq 4 ] || { cat "$work/lr30-async.log"; fail "lr 1e30, a generation rank: expected exit 4, got $rc"; }
+grep -q "rayless: warning: generation 1: the logits of [0-9]* of 4 rows held a NaN or an infinity" "$work/lr30-async.log" \
+  || { cat "$work/lr30-async.log"; fail "a generation rank's non-finite logits did not reach the training ranks"; }
+grep -q "step 2 not applied: not finite: logits in generation" "$work/lr30-async.log" || fail "a generation rank: step 2 should be left out"
+all_finite "$work/lr30-async" || fail "a generation rank: a checkpoint holds a non-finite tensor"
+/usr/bin/python3 - "$work/lr30-async/rollouts/generated" <<'PY' || fail "rollouts/generated/ does not mark the rows"  # h5py: Debian's
+import glob, sys
+import h5py
+marked = 0
+for path in glob.glob(sys.argv[1] + "/rank-*/step-*.h5"):
+    with h5py.File(path) as f:
+        for group in f.values():
+            marked += int(group["nonfinite_logits"][()].sum())
+assert marked > 0, "no row marked"
+print(f"rollouts/generated/: {marked} rows marked nonfinite_logits")
+PY
+echo "PASS: learning rate 1e30 with a generation rank: its non-finite logits leave step 2 out on the training ranks"
 
 # 3. learning rate 1e39: the update overflows; no checkpoint with it
 mpi "$rayless" train "${common[@]}" --output "$work/lr39" --set optim.learning_rate=1e39 --set train.max_steps=4 \

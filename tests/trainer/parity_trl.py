@@ -85,9 +85,13 @@ def relative_error(got, want):
     return float(np.max(np.abs(got - want))) / scale
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def run_rayless(args, case_dir, case, work):
     base = os.path.join(os.path.dirname(os.path.abspath(case_dir)))
-    model_dir = args.model or os.path.join(base, "model")
+    # a case may name its own model (relative to the repository: the tool-calling cases')
+    model_dir = args.model or (os.path.join(REPO, case["model"]) if "model" in case else os.path.join(base, "model"))
     prompts = os.path.join(case_dir, "prompts.jsonl")
     if not os.path.exists(prompts):
         prompts = os.path.join(base, "prompts.jsonl")
@@ -113,10 +117,35 @@ def run_rayless(args, case_dir, case, work):
     if processes > 1:
         command = ["mpirun", "-np", str(processes), "--oversubscribe"] + command
     print("+ " + " ".join(command), flush=True)
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # from the repository root: tool and environment workers are commands relative to it
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     if result.returncode != 0:
         print(result.stdout)
         raise SystemExit(f"rayless train exited {result.returncode}")
+
+
+def compare_tool_masks(case_dir, work):
+    """Tool-calling cases: the completions rayless assembled (its tool loop over the replayed model turns) and
+    its tool masks, as stored, against TRL's final completion_ids and tool_mask."""
+    failures = []
+    for line in open(os.path.join(case_dir, "rollouts.jsonl")):
+        trl = json.loads(line)
+        if "trl_tool_mask" not in trl:
+            continue
+        path = os.path.join(work, "rollouts", f"rank-{trl['rank']:05d}", f"step-{trl['step']:08d}.h5")
+        with h5py.File(path, "r") as f:
+            g = f[f"step_{trl['step']:08d}"]
+            offsets = g["completion_offsets"][()]
+            ids, mask = g["completion_ids"][()], g["tool_mask"][()]
+            for i, (want_ids, want_mask) in enumerate(zip(trl["completion_ids"], trl["trl_tool_mask"], strict=True)):
+                got_ids = ids[offsets[i]:offsets[i + 1]].tolist()
+                got_mask = mask[offsets[i]:offsets[i + 1]].tolist()
+                if got_ids != want_ids or got_mask != want_mask:
+                    failures.append(f"step {trl['step']} rank {trl['rank']} row {i}: stored completion or tool_mask "
+                                    f"differs from TRL's ({sum(got_mask)} vs {sum(want_mask)} model tokens)")
+            if len(g["conversations"]) != len(trl["completion_ids"]):
+                failures.append(f"step {trl['step']}: {len(g['conversations'])} stored conversations")
+    return failures
 
 
 def compare(case_dir, work, layout):
@@ -141,6 +170,8 @@ def compare(case_dir, work, layout):
                     worst_weight = (error, f"step {step} {name}")
                 if not error <= weight_tolerance:
                     failures.append(f"step {step}: {name} differs by {error:.3e} relative")
+
+    failures += compare_tool_masks(case_dir, work)
 
     trl = [json.loads(line) for line in open(os.path.join(case_dir, "metrics.jsonl")) if line.strip()]
     ours = {m["step"]: m for m in (json.loads(line) for line in open(os.path.join(work, "metrics.jsonl")) if line.strip())}

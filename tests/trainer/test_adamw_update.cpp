@@ -6,10 +6,11 @@
 #include <torch/optim/adamw.h>
 #include <torch/types.h>
 
-#include "rayless/trainer/adamw_update.h"
+#include "rayless/ops/ops.h"
 #include "rayless/trainer/optimizer.h"
 
 using namespace rayless;
+using namespace rayless::ops;
 
 namespace {
 
@@ -93,8 +94,12 @@ TEST_CASE("adamw_update gives a slice updated alone the same bits as the whole t
 }
 
 // The float32 vector loop (AVX-512, or AVX2, where the CPU has it) against the scalar loop, which a one-element
-// tensor always takes: the same bits, element by element, with a clip coefficient in play.
+// tensor always takes: the same bits, element by element, with a clip coefficient in play. Each loop in
+// turn: the plan's, AVX2 with AVX-512 off, the portable loop alone.
 TEST_CASE("adamw_update's vector loop gives the scalar loop's bits") {
+  const int loops = GENERATE(0, 1, 2);
+  const KernelOverride avx512(Kernel::avx512_adamw, loops == 0), avx2(Kernel::avx2_adamw, loops <= 1);
+  INFO("AVX-512 loop " << kernel_plan().on(Kernel::avx512_adamw) << ", AVX2 loop " << kernel_plan().on(Kernel::avx2_adamw));
   const int64_t n = 1037;
   const auto grads = gradients(torch::kFloat32, n, 3);
   State whole = fresh(torch::kFloat32, n), single = fresh(torch::kFloat32, n);
@@ -144,6 +149,11 @@ TEST_CASE("adamw_update's grad_scale is clip_by_norm's product, bit for bit") {
 // sum_of_squares' vector loop against the same sum written out: eight float64 partial sums, element
 // i going to sum i % 8, combined pairwise.
 TEST_CASE("sum_of_squares is its eight partial sums, bit for bit") {
+  // each loop in turn: the plan's, AVX2 with AVX-512 off, the portable loop alone
+  const int loops = GENERATE(0, 1, 2);
+  const KernelOverride avx512(Kernel::avx512_sum_of_squares, loops == 0), avx2(Kernel::avx2_sum_of_squares, loops <= 1);
+  INFO("AVX-512 loop " << kernel_plan().on(Kernel::avx512_sum_of_squares) << ", AVX2 loop "
+                       << kernel_plan().on(Kernel::avx2_sum_of_squares));
   torch::manual_seed(23);
   for (int64_t n : {int64_t{1037}, int64_t{8}, int64_t{5}, int64_t{100003}}) {
     INFO(n);

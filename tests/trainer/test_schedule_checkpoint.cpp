@@ -15,7 +15,7 @@
 #include "rayless/trainer/lr_schedule.h"
 #include "rayless/trainer/metrics.h"
 #include "rayless/trainer/torch_file.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/safetensors.h"
 
 namespace fs = std::filesystem;
 using namespace rayless;

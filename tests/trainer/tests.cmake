@@ -32,6 +32,9 @@ set_tests_properties(trainer-entropy-quantile-keeps-top-np2 PROPERTIES ENVIRONME
 add_test(NAME trainer-groups-span-ranks-np2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/groups_span_ranks.sh $<TARGET_FILE:rayless>)
 set_tests_properties(trainer-groups-span-ranks-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                      LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME trainer-sampling-per-row-np2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/sampling_per_row.sh $<TARGET_FILE:rayless>)
+set_tests_properties(trainer-sampling-per-row-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
+                     LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/world_size_and_store.sh $<TARGET_FILE:rayless>
          $<TARGET_FILE:train-until-signal>)
 set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
@@ -49,6 +52,17 @@ foreach(_script bad_data_fails_at_start sigterm_checkpoints run_directory_never_
            COMMAND ${CMAKE_CURRENT_LIST_DIR}/${_script}.sh $<TARGET_FILE:rayless> $<TARGET_FILE:train-until-signal>)
   set_tests_properties(trainer-${_name} PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                        LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+endforeach()
+
+# Asynchronous GRPO (distributed.generation_ranks, docs/distributed.md): lag 0 equals a synchronous run,
+# the policy version of every stored generation, exact resume after SIGUSR1 and SIGKILL at lag 1 and 2,
+# bad settings, a stalled generation rank
+foreach(_scenario "equals-sync" "versions 1 1" "versions 2 2" "resume 1" "resume 2" "bad-settings" "stalled-generator")
+  string(REPLACE " " "-" _name "${_scenario}")
+  separate_arguments(_args UNIX_COMMAND "${_scenario}")
+  add_test(NAME trainer-async-${_name} COMMAND ${CMAKE_CURRENT_LIST_DIR}/async_grpo.sh $<TARGET_FILE:rayless> ${_args})
+  set_tests_properties(trainer-async-${_name} PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
+                       LABELS "mpi;e2e;async" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 endforeach()
 
 # Whole-step parity with TRL (label "parity"): every case under tests/data/trl-steps/ (written by

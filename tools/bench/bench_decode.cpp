@@ -20,12 +20,9 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/files.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/decode_attention.h"
-#include "rayless/model/decode_rms_norm.h"
-#include "rayless/model/decode_silu_times.h"
 #include "rayless/model/model.h"
+#include "rayless/ops/autocast_scope.h"
+#include "rayless/ops/kernel_plan.h"
 
 namespace rayless::cli {
 namespace {
@@ -73,7 +70,7 @@ struct DecodeRow {
 
 DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t steps, bool fuse) {
   auto ids = torch::randint(1, std::min<int64_t>(model->config().vocab_size, 200), {rows, prompt_len}, torch::kLong);
-  std::optional<FusedDecodingWeights> fused;
+  std::optional<FusedGenerationWeights> fused;
   const auto copy_start = Clock::now();
   if (fuse) fused.emplace(model);  // as generate() decodes
   const double copy_ms = 1e3 * seconds_since(copy_start);
@@ -122,11 +119,11 @@ int bench_decode(const Args& args) {
       "unfused", po::bool_switch(&unfused), "separate q/k/v and gate/up matmuls (generate() fuses them), for comparison")(
       "bf16", po::bool_switch(&bf16), "decode under bfloat16 autocast, as the trainer generates with train.bf16")(
       "libtorch-attention", po::bool_switch(&libtorch_attention),
-      "LibTorch's attention instead of rayless's float32 decode kernel (model/decode_attention.h), for comparison")(
+      "LibTorch's attention instead of rayless's float32 decode kernel (avx2_decode_attention), for comparison")(
       "libtorch-rms-norm", po::bool_switch(&libtorch_rms_norm),
-      "LibTorch's operators for the RMSNorms instead of rayless's float32 decode kernel (model/decode_rms_norm.h)")(
+      "LibTorch's operators for the RMSNorms instead of rayless's float32 decode kernel (avx2_decode_rms_norm)")(
       "libtorch-silu", po::bool_switch(&libtorch_silu),
-      "LibTorch's silu and mul instead of rayless's float32 decode kernel (model/decode_silu_times.h)");
+      "LibTorch's silu and mul instead of rayless's float32 decode kernel (avx2_decode_silu_times)");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench decode --config-json FILE [--rows 1,32] [--steps N]", options, vm)) return 0;
   const ModelArchConfig config = ModelArchConfig::from_json(read_json_file(config_json), config_json);
@@ -134,9 +131,10 @@ int bench_decode(const Args& args) {
   const std::vector<int64_t> batch_sizes = parse_rows(rows_list, "bench decode");
 
   record_names = op_names;
-  if (libtorch_attention) set_decode_attention_enabled(false);
-  if (libtorch_rms_norm) set_decode_rms_norm_enabled(false);
-  if (libtorch_silu) set_decode_silu_times_enabled(false);
+  std::optional<ops::KernelOverride> no_attention, no_rms_norm, no_silu;  // the kernels off for this run
+  if (libtorch_attention) no_attention.emplace(ops::Kernel::avx2_decode_attention, false);
+  if (libtorch_rms_norm) no_rms_norm.emplace(ops::Kernel::avx2_decode_rms_norm, false);
+  if (libtorch_silu) no_silu.emplace(ops::Kernel::avx2_decode_silu_times, false);
   c10::InferenceMode inference;
   const auto dtype = bf16 ? torch::kBFloat16 : torch::kFloat32;
   const double weight_bytes = bf16 ? 2 : 4;
@@ -148,7 +146,7 @@ int bench_decode(const Args& args) {
   // weights a decode step reads: every matrix once, the LM head included, the embedding lookup not
   const double streamed = config.tie_word_embeddings ? parameters : parameters - double(config.vocab_size) * config.hidden_size;
   const double matmul = matmul_gflops(config, dtype), bandwidth = read_gbs();
-  const AutocastScope autocast(bf16, torch::kCPU);  // the model's passes only, not the machine's rates
+  const ops::AutocastScope autocast(bf16, torch::kCPU);  // the model's passes only, not the machine's rates
   const double floor_ms = 1e3 * streamed * weight_bytes / (bandwidth * 1e9);
   std::printf("model: %.1fM parameters, %.1f MB of %s weights read per decode step; %d thread(s)\n",
               parameters / 1e6, streamed * weight_bytes / 1e6, dtype_name, at::get_num_threads());
@@ -156,10 +154,10 @@ int bench_decode(const Args& args) {
               dtype_name, matmul, (long long)config.hidden_size, (long long)config.intermediate_size, (long long)config.hidden_size,
               bandwidth);
   std::printf("decode floor (weights read once at that rate): %.2f ms per step\n", floor_ms);
-  if (bf16) std::printf("bfloat16 products: %s\n", amx::describe().c_str());
-  std::printf("float32 decode attention: %s\n", describe_decode_attention().c_str());
-  std::printf("float32 decode rms_norm: %s\n", describe_decode_rms_norm().c_str());
-  std::printf("float32 decode silu*up: %s\n", describe_decode_silu_times().c_str());
+  // the plan's entries a decode step runs (rayless version prints them all)
+  for (const std::string& entry : ops::kernel_plan().describe())
+    for (const char* used : {"generation_linear.", "attention.decode", "rms_norm.decode", "rotary.decode", "silu_times.decode"})
+      if (entry.rfind(used, 0) == 0) std::printf("kernel %s\n", entry.c_str());
   std::printf("\n");
   std::cout << "| rows | ms per decode step | x floor | GFLOP/s | % of matmul | ATen operator calls per step | decoding copy, ms |\n"
                "|---|---|---|---|---|---|---|\n";

@@ -2,7 +2,7 @@
 // (+ entropies) from final hidden states and the LM head, three ways:
 //   naive      logits = linear(h, W); log_softmax over [B, T, V]; gather
 //   selective  logits = linear(h, W); chosen logit - logsumexp, chunk by chunk over rows
-//   fused      rayless::fused_logprobs: LM head applied chunk by chunk, logits recomputed in backward
+//   fused      rayless::ops::fused_logprobs: LM head applied chunk by chunk, logits recomputed in backward
 // Memory is counted exactly: a CPU allocator that wraps LibTorch's own counts the bytes of live tensor
 // storage; "peak extra" is the highest live total during the measured call minus the total before it
 // (inputs and parameters excluded, their gradients included). Library-internal scratch (oneDNN/MKL
@@ -19,7 +19,7 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/error.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/ops.h"
 
 namespace rayless::cli {
 
@@ -100,12 +100,13 @@ Measurement measure(const std::string& method, const Shape& shape, int64_t chunk
     const int64_t before = allocator.live();
     const auto start = std::chrono::steady_clock::now();
     {
-      LogprobsAndEntropies out;
+      ops::LogprobsAndEntropies out;
       if (method == "fused") {
-        out = fused_logprobs(hidden, weight, torch::Tensor(), ids, 1.0, chunk);
+        out = ops::fused_logprobs(hidden, weight, torch::Tensor(), ids, 1.0, chunk);
       } else {
         auto logits = torch::linear(hidden, weight);
-        out = method == "naive" ? naive_logprobs(logits, ids, 1.0) : selective_logprobs_and_entropies(logits, ids, 1.0, chunk);
+        out = method == "naive" ? ops::naive_logprobs(logits, ids, 1.0)
+                                : ops::selective_logprobs_and_entropies(logits, ids, 1.0, chunk);
       }
       (out.logps * cotangent).sum().backward();
     }

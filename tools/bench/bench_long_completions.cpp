@@ -17,9 +17,9 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/error.h"
-#include "rayless/model/autocast_scope.h"
-#include "rayless/model/completion_logprobs.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/ops/autocast_scope.h"
+#include "rayless/grpo/completion_logprobs.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/sampler/sampler.h"
 
 namespace rayless::cli {
@@ -98,7 +98,7 @@ int bench_long_completions(const Args& args) {
     } else {
       model->train();
       model->set_gradient_checkpointing(phase == "train-ckpt");
-      const LogprobsAndEntropies out = completion_logprobs(model, prompts, completion_ids, completion_mask, o);
+      const ops::LogprobsAndEntropies out = completion_logprobs(model, prompts, completion_ids, completion_mask, o);
       out.logps.sum().backward();
     }
   }

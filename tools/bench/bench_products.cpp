@@ -1,5 +1,5 @@
 // rayless-bench products: generation's weight products (fused q/k/v, o, fused gate/up, down) of a model
-// shape, through DecodingLinear as generate() runs them, at a few row counts. Each product reads its
+// shape, through GenerationLinear as generate() runs them, at a few row counts. Each product reads its
 // own copy of the weight from a pool of --pool-mb MB: small enough and the weights stay in the
 // last-level cache (as a 53M model's 107 MB bfloat16 copy does on the benchmark machine), larger and
 // they come from memory (docs/notes/bench-xeon.md, "AMX tiles for the decode step's products").
@@ -14,9 +14,8 @@
 
 #include "bench/benches.h"
 #include "cli/options.h"
-#include "rayless/model/amx_linear.h"
-#include "rayless/model/decoding_linear.h"
 #include "rayless/model/model.h"
+#include "rayless/ops/ops.h"
 
 namespace rayless::cli {
 
@@ -26,12 +25,6 @@ struct Product {
   std::vector<int64_t> outputs;  // the fused parts' rows
   int64_t inputs;
 };
-
-const char* kernel_of(const DecodingLinear& linear) {
-  if (linear.on_amx_tiles()) return "AMX tiles";
-  if (linear.on_avx2_rows()) return "AVX2 rows";
-  return linear.packed() ? "oneDNN, packed" : "torch::linear";
-}
 }  // namespace
 
 int bench_products(const Args& args) {
@@ -65,8 +58,8 @@ int bench_products(const Args& args) {
     for (const int64_t part : product.outputs) out += part;
     const double weight_bytes = double(out) * double(product.inputs) * element_bytes;
     const int copies = std::max(1, static_cast<int>(pool_mb * 1e6 / weight_bytes));
-    std::vector<std::vector<torch::Tensor>> parts(copies);  // DecodingLinear keeps references to its parts
-    std::vector<DecodingLinear> pool;
+    std::vector<std::vector<torch::Tensor>> parts(copies);  // GenerationLinear keeps references to its parts
+    std::vector<ops::GenerationLinear> pool;
     for (auto& copy : parts) {
       for (const int64_t rows : product.outputs) copy.push_back(0.05 * torch::randn({rows, product.inputs}));
       pool.emplace_back(copy, std::vector<torch::Tensor>(copy.size()), dtype);
@@ -80,7 +73,7 @@ int bench_products(const Args& args) {
         best = std::min(best, seconds_since(start) / copies);
       }
       std::printf("| %s | [%lld, %lld] | %s | %lld | %.1f | %.1f |\n", product.name, (long long)out,
-                  (long long)product.inputs, kernel_of(pool.front()), (long long)rows, best * 1e6, weight_bytes / best / 1e9);
+                  (long long)product.inputs, pool.front().kernel(), (long long)rows, best * 1e6, weight_bytes / best / 1e9);
     }
   }
   return 0;

@@ -422,7 +422,7 @@ def cpu_has_bfloat16_units():
 
 
 def bfloat16_products(train, device="cpu"):
-    """What rayless's train.bf16_products resolves to on this CPU (base/bfloat16_products.h); on a GPU
+    """What rayless's train.bf16_products resolves to on this CPU (ops/kernel_plan.h); on a GPU
     the setting does not apply and autocast takes LibTorch's bfloat16 kernels."""
     if device != "cpu":
         return "LibTorch's bfloat16 kernels"
@@ -721,18 +721,18 @@ def versions(rayless):
 
 
 # `rayless version` lines whose name is more than one word; any other line is "<name> <value>"
-VERSION_LINE_NAMES = (
-    "onednn kernel cache", "float32 decode attention", "float32 decode rms_norm", "float32 decode silu*up",
-    "float32 decoding", "bfloat16 decoding"
-)
+VERSION_LINE_NAMES = ("onednn kernel cache",)
 
 
 def rayless_version_fields(text):
-    """{name: value} for each line of `rayless version`: a known name of several words, else the first word
-    (two lines starting "float32 ..." overwrote each other when only the first word named them)."""
+    """{name: value} for each line of `rayless version`: a known name of several words, a kernel plan
+    entry as "kernel <entry>" (one line per op, docs/kernels.md), else the first word."""
     fields = {}
     for line in text.splitlines():
-        name = next((n for n in VERSION_LINE_NAMES if line.startswith(n + " ")), line.partition(" ")[0])
+        if line.startswith("kernel "):
+            name = " ".join(line.split(" ")[:2])
+        else:
+            name = next((n for n in VERSION_LINE_NAMES if line.startswith(n + " ")), line.partition(" ")[0])
         fields[name] = line[len(name):].strip()
     return fields
 

@@ -8,9 +8,9 @@
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/files.h"
-#include "rayless/model/hf_checkpoint.h"
+#include "rayless/hf/model_directory.h"
 #include "rayless/model/model.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 namespace rayless::cli {
 

@@ -59,17 +59,21 @@ versions() {
 
 if [ $dry_run = 1 ]; then
   say "dry run on the CPU: build/, tiny model, float32"
-  build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json steps=3 bench_model=tiny logprob_sizes=small
+  build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json steps=2 bench_model=tiny logprob_sizes=small
   variant_args=(--set train.max_steps=1 --set generation.max_completion_length=16)
+  # the same steps at a quarter of the work: the dry run proves the script, the main lane the numbers
+  size_args=(--set generation.max_completion_length=32 --set grpo.num_generations=4 --set train.per_device_train_batch_size=8)
+  profile_tokens=32
   [ $build = 1 ] && step build ./tools/setup.sh
 else
   build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json steps=4 bench_model=0.5b
   variant_args=(--set train.max_steps=2)
+  size_args=() profile_tokens=128
   logprob_sizes=large
   step deps use_carried_packages
   step cuda use_cuda_and_nccl
   # only what the steps below run
-  step build build_for_gpu "$build_dir" rayless rayless-bench rayless-refcheck test-devices test-devices-mpi test-comm-mpi \
+  step build build_for_gpu "$build_dir" rayless rayless-bench rayless-refcheck rayless-op-times test-devices test-devices-mpi test-comm-mpi \
     test-model test-sampler
 fi
 step versions versions
@@ -91,7 +95,7 @@ step init-model timeout 120 "$build_dir/rayless-bench" init-model --config-json 
 train_args=(--config configs/demo.toml --set "model.path=\"$model_dir\"" --set model.device="$device" --set model.dtype="$dtype"
             --set train.bf16=false --set grpo.num_iterations=2 --set grpo.top_entropy_quantile=0.2
             --set generation.max_completion_length=128 --set grpo.num_generations=8 --set train.per_device_train_batch_size=16
-            --set checkpoint.save_steps=1000 --set log.logging_steps=1)
+            --set checkpoint.save_steps=1000 --set log.logging_steps=1 "${size_args[@]}")
 train_until_signal() {
   # not under timeout(1): it would take the SIGUSR1 itself; a watchdog ends a run that ignores it
   "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set train.max_steps=100 &
@@ -178,18 +182,12 @@ step train-padded train_variant padded --set train.padding_free=false
 step train-autocast train_variant autocast --set model.dtype=float32 --set train.bf16=true
 
 # ---- 3. measurements ------------------------------------------------------------------------------
-# where one generation's host time goes, by ATen operator (tools/bench/experiments/op_times.cpp,
-# preloaded): 128 tokens for one prompt; on a GPU the operators that wait for it absorb its time
+# where one generation's host time goes, by ATen operator (tools/profile/op_times.cpp, preloaded):
+# 128 tokens for one prompt (32 in the dry run); on a GPU the operators that wait for it absorb its time
 profile_generation() {
-  local python=python3
-  [ $dry_run = 1 ] && python=.venv/bin/python
-  local torch_root
-  torch_root=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || return 1
-  g++ -O2 -std=c++17 -w -shared -fPIC -I"$torch_root/include" -I"$torch_root/include/torch/csrc/api/include" \
-    tools/bench/experiments/op_times.cpp -L"$torch_root/lib" -Wl,-rpath,"$torch_root/lib" -ltorch_cpu -lc10 \
-    -o "$WORK/libop_times.so" || return 1
-  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$WORK/libop_times.so timeout 180 "$build_dir/rayless" generate --model "$model_dir" \
-    --tokenizer byte --prompt "The first GPU run of rayless" --max-new-tokens 128 --device "$device" --dtype "$dtype" \
+  [ -f "$build_dir/librayless-op-times.so" ] || cmake --build "$build_dir" --target rayless-op-times || return 1
+  OP_TIMES_AT_EXIT=1 LD_PRELOAD=$build_dir/librayless-op-times.so timeout 180 "$build_dir/rayless" generate --model "$model_dir" \
+    --tokenizer byte --prompt "The first GPU run of rayless" --max-new-tokens "$profile_tokens" --device "$device" --dtype "$dtype" \
     > /dev/null
 }
 step profile-generation profile_generation

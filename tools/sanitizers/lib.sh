@@ -41,7 +41,8 @@ build_sanitized() {
 # the sanitizers' run-time settings: every report is fatal; suppressions are ours, with reasons
 sanitizer_env() {
   local supp=$hardening_root/tools/sanitizers
-  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:check_initialization_order=1:suppressions=$supp/asan.supp}
+  # allocator_may_return_null: a refused allocation reaches LibTorch as an error, as without ASan (exit 5 is tested)
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:check_initialization_order=1:allocator_may_return_null=1:suppressions=$supp/asan.supp}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp}
   export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$supp/lsan.supp:print_suppressions=0}
   # Open MPI unloads its components at MPI_Finalize; kept loaded, their frames can be named

@@ -10,13 +10,17 @@
 #                                            --signal=B:USR1@60, no outside signal; Slurm's warning
 #                                            reaches every rank on both nodes, requeue, COMPLETED
 #   test_multinode.sh sweep RAYLESS WORK     test_sweep.sh (array tasks) on the cluster
+#   test_multinode.sh async RAYLESS WORK     asynchronous GRPO across the nodes: multinode.sbatch, 2 nodes x 2
+#                                            tasks, 2 generation ranks (ranks 2-3: node2) and 2 training
+#                                            ranks (node1), lag 1: rollouts and weights cross the veths,
+#                                            the final weights equal a single-node run's of the same roles
 #   test_multinode.sh nodelost RAYLESS WORK  node2 killed mid-run (its slurmd and ranks): the job ends
 #                                            within the watchdog bound naming node2's ranks, nothing is
 #                                            left running; after a cluster restart, --resume auto ends
 #                                            in the weights of an uninterrupted 4-rank run
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-what=${1:?usage: test_multinode.sh train|preempt|timelimit|sweep|nodelost RAYLESS WORK}
+what=${1:?usage: test_multinode.sh train|preempt|timelimit|sweep|async|nodelost RAYLESS WORK}
 bin=${2:?}; work=${3:?}
 dir=${RAYLESS_SLURM_MN_DIR:-/tmp/rayless-slurm-mn}
 if [ "${RAYLESS_SLURM_MULTINODE_UP:-0}" != 1 ] || [ ! -f "$dir/env" ]; then
@@ -56,6 +60,41 @@ case $what in
     final=$(printf 'checkpoints/step-%08d/model.safetensors' $steps)
     cmp "$work/run/$final" "$work/single/$final" || fail "2 nodes x 2 ranks and 1 node x 4 ranks ended in different weights"
     echo "PASS: 2 nodes x 2 tasks: ranks on node1 and node2, $((got1 / 1024)) KiB and $((got2 / 1024)) KiB over the veths, final weights equal the 4-rank single-node run's"
+    ;;
+  async)
+    bytes() { cat /sys/class/net/rlmn-node$1/statistics/rx_bytes; }
+    before1=$(bytes 1); before2=$(bytes 2)
+    steps=4
+    roles=(--set distributed.generation_ranks=2 --set grpo.async_lag=1 --set grpo.num_iterations=1
+           --set grpo.steps_per_generation=1 --set "train.max_steps=$steps")
+    job=$(cd "$root_dir" && RAYLESS_BIN=$bin RAYLESS_CONFIG=$root_dir/configs/ci-small.toml RAYLESS_OUTPUT=$work/run \
+            rl_exec sbatch --parsable --ntasks-per-node=2 --cpus-per-task=1 --time=10 --output="$work/async-%j.out" \
+            slurm/multinode.sbatch "${roles[@]}") || fail "sbatch failed"
+    job=${job%%;*}
+    for ((i = 0; i < 400; i++)); do
+      state=$(rl_exec scontrol -o show job "$job" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+      case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+      sleep 1
+    done
+    cat "$work/async-$job.out"
+    [ "$state" = COMPLETED ] || fail "job $job ended $state"
+    grep -q "asynchronous GRPO: ranks 0-1 train, ranks 2-3 generate" "$work/async-$job.out" || fail "no roles line"
+    grep -q "4 rank(s) x 1 thread(s) on 2 nodes (node1: ranks 0-1, node2: ranks 2-3)" "$work/async-$job.out" \
+      || fail "the training ranks are not all on node1 and the generation ranks on node2"
+    # the host side of a node's veth receives what that node sends: node1 (training) sends the weights
+    # (12 MB a push of the tiny model's float32 parameters), node2 (generation) the rollouts and its
+    # acknowledgements, small here (5 generations of 8 rows of at most 12 tokens; 109 KB in the run
+    # that set this bound). That the rollouts crossed shows in the weights: the training ranks sample none
+    got1=$(( $(bytes 1) - before1 )); got2=$(( $(bytes 2) - before2 ))
+    echo "bytes sent by node1 (weights): $got1, by node2 (rollouts): $got2"
+    [ $got1 -gt 10000000 ] || fail "less than 10 MB of weights left node1 (the training ranks)"
+    [ $got2 -gt 40000 ] || fail "less than 40 kB of rollouts left node2 (the generation ranks)"
+    (cd "$root_dir" && mpirun -np 4 --oversubscribe --bind-to none "$bin" train --config "$root_dir/configs/ci-small.toml" \
+      --output "$work/single" --set distributed.threads_per_rank=1 "${roles[@]}") > "$work/single.log" 2>&1 \
+      || { cat "$work/single.log"; fail "single-node run"; }
+    final=$(printf 'checkpoints/step-%08d/model.safetensors' $steps)
+    cmp "$work/run/$final" "$work/single/$final" || fail "the two-node and the single-node asynchronous runs ended in different weights"
+    echo "PASS: generation ranks on node2, training ranks on node1, lag 1: $((got1 / 1024)) KiB and $((got2 / 1024)) KiB over the veths, final weights equal a single-node run's"
     ;;
   preempt)
     (cd "$root_dir" && in_cluster env RAYLESS_TEST_SBATCH_ARGS="--nodes=2 --ntasks-per-node=2 --ntasks=4" \

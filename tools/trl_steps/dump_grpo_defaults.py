@@ -22,6 +22,8 @@ KEYS = [
     "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
     "lr_scheduler_type", "warmup_steps", "warmup_ratio", "seed", "per_device_train_batch_size",
     "gradient_accumulation_steps", "bf16", "gradient_checkpointing", "max_steps", "save_steps", "logging_steps",
+    "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
+    "vllm_importance_sampling_clip_min", "off_policy_mask_threshold",
 ]
 
 

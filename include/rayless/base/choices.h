@@ -13,6 +13,8 @@ enum class ScaleRewards { Group, Batch, None };                                 
 enum class RewardAggregation { SumThenNormalize, NormalizeThenSum };                // grpo.multi_objective_aggregation
 enum class ImportanceSamplingLevel { Token, Sequence };                             // grpo.importance_sampling_level
 enum class EntropyThresholdMethod { Gather, Select };                               // grpo.entropy_threshold_method
+enum class ImportanceSamplingMode { TokenTruncate, TokenMask, SequenceTruncate, SequenceMask };  // grpo.vllm_importance_sampling_mode
+enum class WeightSyncDtype { Model, BFloat16 };                                     // distributed.weight_sync_dtype
 enum class DeviceChoice { Auto, Cpu, Cuda };                                        // model.device
 enum class ModelDtype { Float32, BFloat16, Float16, Float64 };                      // model.dtype
 enum class PromptTruncation { Error, Left };                                        // data.truncation
@@ -33,6 +35,8 @@ RAYLESS_DECLARE_CHOICES(ScaleRewards)
 RAYLESS_DECLARE_CHOICES(RewardAggregation)
 RAYLESS_DECLARE_CHOICES(ImportanceSamplingLevel)
 RAYLESS_DECLARE_CHOICES(EntropyThresholdMethod)
+RAYLESS_DECLARE_CHOICES(ImportanceSamplingMode)
+RAYLESS_DECLARE_CHOICES(WeightSyncDtype)
 RAYLESS_DECLARE_CHOICES(DeviceChoice)
 RAYLESS_DECLARE_CHOICES(ModelDtype)
 RAYLESS_DECLARE_CHOICES(PromptTruncation)

@@ -55,7 +55,12 @@ struct GenerationConfig {
   double repetition_penalty = 1.0;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> eos_token_ids;       // empty = the tokenizer's / generation_config's
-  bool fused_weights = true;                // decode on fused, packed copies (FusedDecodingWeights)
+  bool fused_weights = true;                // decode on fused, packed copies (FusedGenerationWeights)
+  // the generation engine (sampler/generation_engine.h); 0 = "auto"
+  int64_t slots = 0;
+  int64_t prefill_chunk = 0;
+  int64_t sync_interval = 0;
+  std::string cuda_graphs = "auto";         // auto | on | off
 };
 
 // [reward.workers.NAME]: a reward worker of its own (a long-running process, docs/rewards.md).
@@ -93,6 +98,24 @@ struct RewardConfig {
   std::map<std::string, RewardModelConfig> models;    // [reward.models.NAME]
 };
 
+// [tools.NAME]: a tool worker, a long-running process serving TRL-style Python functions (docs/tools.md).
+struct ToolWorkerConfig {
+  std::string command;      // /bin/sh -c COMMAND
+  double timeout_s = 60.0;  // seconds one tool call may take
+};
+
+// [environment]: the worker holding one environment instance per rollout (TRL's environment_factory).
+struct EnvironmentConfig {
+  std::string command = "";  // empty = no environment
+  double timeout_s = 60.0;   // seconds one reset, tool call or reward may take
+};
+
+// [agent]: how tool calls are read and how many rounds of them a rollout may run.
+struct AgentConfig {
+  int64_t max_tool_calling_iterations = -1;  // TRL's None: -1 = no limit; 0 = tools never run
+  std::string tool_call_format = "auto";     // auto (from the chat template) | qwen | llama3
+};
+
 struct GrpoConfig {
   int64_t num_generations = 8;                     // TRL's GRPOConfig default
   int64_t num_iterations = 1;                       // mu: optimisation passes per generation
@@ -116,6 +139,15 @@ struct GrpoConfig {
   double ref_model_mixup_alpha = 0.6;
   int64_t ref_model_sync_steps = 512;
   int64_t logprob_chunk_size = 256;                 // positions per LM-head chunk in the fused path
+  // asynchronous GRPO (distributed.generation_ranks > 0, docs/distributed.md)
+  int64_t async_lag = 0;                            // generation g is sampled by the policy of cycle g - async_lag
+  int64_t weight_sync_steps = 1;                    // optimizer steps between weight pushes to the generators
+  // TRL's correction of rollouts sampled by another engine (generator ranks, a replay file with log-probs)
+  bool vllm_importance_sampling_correction = true;
+  ImportanceSamplingMode vllm_importance_sampling_mode = ImportanceSamplingMode::SequenceMask;
+  double vllm_importance_sampling_clip_max = 3.0;   // C_max; 0 = none (TRL's None)
+  double vllm_importance_sampling_clip_min = 0.0;   // C_min; 0 = none (TRL's None)
+  double off_policy_mask_threshold = 0.0;           // DeepSeek-V3.2's off-policy sequence mask; 0 = off (TRL's None)
 };
 
 struct OptimConfig {
@@ -136,7 +168,7 @@ struct TrainConfig {
   int64_t per_device_train_batch_size = 8;          // completions per rank per micro-step
   int64_t gradient_accumulation_steps = 1;
   bool bf16 = true;                                 // TRL's GRPOConfig default
-  std::string bf16_products = "auto";               // auto | bfloat16 | float32 (base/bfloat16_products.h)
+  std::string bf16_products = "auto";               // auto | bfloat16 | float32 (ops/kernel_plan.h)
   bool gradient_checkpointing = true;               // TRL's GRPOConfig default
   bool padding_free = true;                         // log-prob passes skip padding and repeated prompts
   std::string output_dir = "runs/default";
@@ -183,6 +215,8 @@ struct DistributedConfig {
   int64_t threads_per_rank = 0;                     // 0 = the cores the rank is bound to; unbound: node cores / node ranks
   int64_t bucket_size_mb = 0;                       // gradient allreduce bucket size; 0 = by backend
   int64_t zero_stage = 0;                           // 0 replicated, 1 sharded AdamW state, 2 + sharded gradients
+  int64_t generation_ranks = 0;                     // the last K ranks only generate (asynchronous GRPO); 0 = every rank does both
+  WeightSyncDtype weight_sync_dtype = WeightSyncDtype::Model;  // how weights travel to the generation ranks
 };
 
 struct Config {
@@ -199,9 +233,18 @@ struct Config {
   DistributedConfig distributed;
   EvalConfig eval;
   LoraConfig lora;
+  std::map<std::string, ToolWorkerConfig> tools;  // [tools.NAME]
+  EnvironmentConfig environment;
+  AgentConfig agent;
+
+  // tools or an environment: completions run the multi-turn tool loop (agent/agent_rollout.h)
+  bool agentic() const { return !tools.empty() || !environment.command.empty(); }
 
   // derived values, always consistent with the keys above
   double effective_epsilon_high() const { return grpo.epsilon_high > 0 ? grpo.epsilon_high : grpo.epsilon; }
+  // the ranks that train (data parallel among themselves): all but the distributed.generation_ranks;
+  // the batch geometry below counts these
+  int64_t training_ranks(int64_t world_size) const { return world_size - distributed.generation_ranks; }
   // micro-batches per rank in one generation, as TRL resolves it: steps_per_generation when set, else
   // generation_batch_size / (per_device_train_batch_size x world_size) when set, else
   // gradient_accumulation_steps. check_batch_geometry says what is wrong with a combination.
@@ -243,7 +286,7 @@ struct CrossFieldRule {
 };
 const std::vector<CrossFieldRule>& cross_field_rules();
 void validate_config(const Config& config);  // the rules that need no world size; throws InputError
-void check_batch_geometry(const Config& config, int64_t world_size);  // the others (TRL's batch checks)
+void check_batch_geometry(const Config& config, int64_t world_size);  // the others (TRL's batch checks); all ranks
 const std::vector<std::string>& known_reward_functions();  // reward.functions may name these
 std::string config_to_toml(const Config& config);  // resolved config, every key, with sections
 // Hash of the keys that decide what a generation step produces (model, tokenizer, data, generation,

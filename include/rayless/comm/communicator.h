@@ -32,6 +32,11 @@ class Communicator {
   // that each rank keeps only its shard of the averaged gradient.
   virtual void reduce_scatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) = 0;
   virtual void barrier() = 0;
+  // Collective over this communicator (MPI_Comm_split): the ranks passing the same color >= 0 form a
+  // new communicator of this backend, ordered by key (ties by rank here); a rank passing a negative
+  // color takes part and gets nullptr. How roles get communicators of their own (asynchronous GRPO:
+  // the training ranks, the generation ranks, the ranks weights travel between).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // dim 0 may differ between ranks (also 0): the counts are exchanged first (a small CPU tensor, so
   // host metadata travels by MPI under every backend), the data padded to the largest count, gathered

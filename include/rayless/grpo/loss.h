@@ -10,7 +10,8 @@
 // Metrics come back as parts (sums and counts, minima and maxima of this rank) so the trainer can
 // reduce them across ranks; LossOutput::metrics() gives the single-process values under TRL's names:
 // kl, entropy, clip_ratio/low_mean, clip_ratio/high_mean, clip_ratio/region_mean, clip_ratio/low_min,
-// clip_ratio/high_max (and cispo_clip_ratio for cispo).
+// clip_ratio/high_max (and cispo_clip_ratio for cispo); with the off-policy mask also rayless's
+// sampling/off_policy_masked_fraction (the share of completions it dropped).
 #pragma once
 #include <torch/types.h>
 
@@ -39,6 +40,7 @@ struct LossSettings {
   int64_t num_processes = 1;                        // dapo/cispo: num_items_in_batch / num_processes
   double sapo_temperature_pos = GrpoConfig{}.sapo_temperature_pos;
   double sapo_temperature_neg = GrpoConfig{}.sapo_temperature_neg;
+  std::optional<double> off_policy_mask_threshold;  // DeepSeek-V3.2's off-policy sequence mask (TRL's None = off)
 };
 
 // From the [grpo]/[generation]/[train] keys; num_processes = world size.
@@ -54,6 +56,11 @@ struct LossInputs {
   torch::Tensor completion_mask;      // [B, T], nonzero = active token
   torch::Tensor entropies;            // [B, T] or undefined (then no "entropy" metric)
   torch::Tensor entropy_mask;         // [B, T] bool or undefined (top_entropy_quantile = 1)
+  // completions sampled by another engine (importance_sampling.h): their sampling log-probs [B, T] (the
+  // off-policy mask measures against them, else against the old log-probs) and the importance ratio
+  // [B, T] or [B, 1] that weighs each token's loss (undefined = no correction)
+  torch::Tensor sampling_per_token_logps;
+  torch::Tensor importance_sampling_ratio;
   double num_items_in_batch = 0;      // dapo/cispo: global active completion tokens of the generation batch
 };
 

@@ -1,8 +1,8 @@
 // LoRA adapters on the decoder's linear layers, as PEFT's LoraModel makes them (lora.* in the config):
 // which layers, the scaling, the base frozen, the reference model as the base with adapters off, and
-// PEFT's file format (adapter_config.json + adapter_model.safetensors) both ways.
+// merging. Each adapter lives in its projection (projection.h), whose forward adds it; PEFT's files
+// are read and written by hf/peft_adapter.h.
 #pragma once
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,6 +27,11 @@ struct LoraSettings {
 std::vector<std::string> add_lora_adapters(CausalLM& model, const LoraSettings& settings, uint64_t seed);
 bool has_lora_adapters(const CausalLM& model);
 
+// Every projection of the model with its module name ("model.layers.0.self_attn.q_proj").
+std::vector<std::pair<std::string, ProjectionImpl*>> projections_of(const CausalLM& model);
+// The last part of a module name ("q_proj"): the name target_modules matches.
+std::string leaf_name(const std::string& module);
+
 // The base model alone while it lives (a LoRA run's reference model: no second copy in memory).
 class AdaptersDisabled {
  public:
@@ -39,17 +44,6 @@ class AdaptersDisabled {
   CausalLM& model_;
 };
 
-// PEFT's files. write_lora_adapter writes adapter_config.json and adapter_model.safetensors into dir
-// (created if needed, each file atomically), tensor names
-// "base_model.model.<module>.lora_A.weight". base_model: adapter_config's base_model_name_or_path.
-void write_lora_adapter(const CausalLM& model, const LoraSettings& settings, const std::string& base_model,
-                        const std::filesystem::path& dir);
-bool is_lora_adapter_directory(const std::filesystem::path& dir);  // holds adapter_config.json
-// adapter_config.json -> settings and base_model_name_or_path; InputError naming the file and key.
-LoraSettings read_lora_config(const std::filesystem::path& dir, std::string* base_model = nullptr);
-// Adds the adapters dir describes (when the model has none) and loads their weights; InputError for
-// a missing, unexpected or mis-shaped tensor, naming the file.
-void load_lora_adapter(CausalLM& model, const std::filesystem::path& dir);
 // Folds every adapter into its base weight (W += scaling * B A) and removes the adapters: the model is
 // then a plain HF model again (rayless export --merge).
 void merge_lora_adapters(CausalLM& model);

@@ -2,11 +2,11 @@
 // from an HF config.json. Parameter names equal the HF state dict (model.layers.N.self_attn.q_proj.weight,
 // ..., lm_head.weight), so loading and saving are a name-for-name mapping.
 #pragma once
-#include "rayless/model/projection.h"
 #include "rayless/base/choices.h"
 #include "rayless/model/attention_window.h"
-#include "rayless/model/decoding_linear.h"
-#include "rayless/model/rotary.h"
+#include "rayless/model/projection.h"
+#include "rayless/model/rope_tables.h"
+#include "rayless/ops/ops.h"
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
@@ -63,7 +63,14 @@ struct KVCache {
   // every row the cache ever held by its width, as rows stay in transformers' generate batch after
   // they finish (here select_rows may drop them).
   DynamicRopeState rope_state;
-  // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D].
+  // Slot mode (the generation engine, CausalLMImpl::forward_slots): keys and values are preallocated
+  // [slots, H_kv, max_len, D], each row holding one sequence from position 0. A one-token step of B rows
+  // writes row b's key and value at position write_positions[b] of slot b and attends to the first
+  // attend_length positions; `length` is unused. Undefined write_positions: append mode.
+  torch::Tensor write_positions;  // [B] int64 on the cache's device
+  int64_t attend_length = 0;
+  // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D] (in
+  // slot mode: writes T = 1 token per row, returns [B, H_kv, attend_length, D]).
   std::pair<torch::Tensor, torch::Tensor> append(size_t layer, const torch::Tensor& k, const torch::Tensor& v);
   // Keeps only rows `index` (e.g. repeating prompts for several generations).
   void select_rows(const torch::Tensor& index);
@@ -111,7 +118,7 @@ class AttentionImpl : public torch::nn::Module {
   // mask: bool [B, 1, T, S] (true = may attend), S = past + T. x is [B, T, H], or, when token_index
   // (flat positions of [B, T]) is defined, [N, H] holding only those positions: the projections then
   // run on the N tokens alone and only the attention itself sees a padded layout: the keys and values
-  // the [B, T] grid, the queries (on the CPU) their length bucket's (length_buckets.h).
+  // the [B, T] grid, the queries their length bucket's where the ops attend in buckets (ops.h).
   torch::Tensor forward(const torch::Tensor& x, const RotaryTables& rope, const torch::Tensor& mask,
                         KVCache* cache, size_t layer_index, const torch::Tensor& token_index = {});
   // x [Np + Nc, H]: the prompts' tokens and the completions', attended as `layout` says.
@@ -119,9 +126,9 @@ class AttentionImpl : public torch::nn::Module {
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   int64_t num_heads, num_kv_heads, head_dim;
-  // q/k/v as one projection, and o, set only while a FusedDecodingWeights is alive and used only when
+  // q/k/v as one projection, and o, set only while a FusedGenerationWeights is alive and used only when
   // no gradient is taken (copies, not parameters: not part of the state dict)
-  DecodingLinear decoding_qkv, decoding_o;
+  ops::GenerationLinear generation_qkv, generation_o;
 
  private:
   // q, k, v [N, heads, D] of the tokens x [N, H] (or x [B, T, H] flattened), q/k norms applied
@@ -139,13 +146,9 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// silu(gate) * up, the MLP's activation. With gradients enabled it keeps only gate and up for
-// backward, not silu(gate) as autograd would (the gradients are bit-for-bit autograd's).
-torch::Tensor silu_times(const torch::Tensor& gate, const torch::Tensor& up);
 // down(silu(gate) * up) for a pass with gradients, keeping only gate, up and the down weight for
-// backward: the product, the down projection's input, is recomputed there (gradients bit for bit
-// those of down_proj(silu_times(gate, up))). Undefined when it does not apply (an adapter or a bias
-// on down, no gradients, a layout autograd's linear would treat otherwise); then call them apart.
+// backward (ops::silu_times_down): gradients bit for bit those of down(ops::silu_times(gate, up)).
+// Undefined when it does not apply (an adapter or a bias on down, and as ops.h says); then call them apart.
 torch::Tensor silu_times_down(const torch::Tensor& gate, const torch::Tensor& up, const Projection& down);
 
 class MLPImpl : public torch::nn::Module {
@@ -153,7 +156,7 @@ class MLPImpl : public torch::nn::Module {
   explicit MLPImpl(const ModelArchConfig& c);
   torch::Tensor forward(const torch::Tensor& x);
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-  DecodingLinear decoding_gate_up, decoding_down;  // as AttentionImpl::decoding_qkv
+  ops::GenerationLinear generation_gate_up, generation_down;  // as AttentionImpl::generation_qkv
 };
 TORCH_MODULE(MLP);
 
@@ -199,6 +202,12 @@ class CausalLMImpl : public torch::nn::Module {
   // runs once over all tokens. Returns [Np + Nc, H]: the prompt tokens' final-normed hidden states
   // (prompt_index's order), then the completions' (completion_index's). No cache, no checkpointing.
   torch::Tensor forward_hidden_sharing_prompts(const SharedPromptBatch& batch);
+  // One decode step of the generation engine on a cache in slot mode (KVCache::write_positions): token
+  // input_ids[b] [B] at position positions[b] [B] (int64, on the model's device) of slot b, attending to
+  // keys at positions <= its own (and within the window on sliding layers) among the cache's first
+  // attend_length. Returns the final-normed hidden states [B, H]. Fixed shapes for fixed B and
+  // attend_length, no host synchronisation (but dynamic RoPE's length, read from the positions).
+  torch::Tensor forward_slots(const torch::Tensor& input_ids, const torch::Tensor& positions, KVCache& cache);
   torch::Tensor logits(const torch::Tensor& hidden);  // hidden @ lm_head_weight^T, [.., V]
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
   torch::Tensor lm_head_weight() const;  // [V, H]; the embedding when tied
@@ -234,20 +243,19 @@ TORCH_MODULE(CausalLM);
 // The dtype generation's projections compute in: the autocast dtype when autocast is on for the
 // model's device (train.bf16 turns it on around generation, as TRL's autocast does) and the weights
 // are float32; else the weights' dtype.
-torch::ScalarType decoding_compute_dtype(const CausalLM& model);
+torch::ScalarType generation_compute_dtype(const CausalLM& model);
 
 // While alive, every layer of `model` computes q/k/v with one matmul and gate/up with another, from
-// copies of the weights taken at construction in decoding_compute_dtype(model), packed for oneDNN
-// where LibTorch has it (see decoding_linear.h); passes with gradients enabled keep the separate
-// weights. It costs one copy of the layers' weights (in that dtype) while it lives. The copies do not
+// copies of the weights taken at construction in generation_compute_dtype(model), laid out for the
+// backend's kernel (ops::GenerationLinear); passes with gradients enabled keep the separate weights. It costs one copy of the layers' weights (in that dtype) while it lives. The copies do not
 // follow later updates: hold it only while the weights are fixed (one generation). Does nothing for a
 // model with LoRA adapters (an adapter adds to its own projection's output).
-class FusedDecodingWeights {
+class FusedGenerationWeights {
  public:
-  explicit FusedDecodingWeights(CausalLM& model);
-  ~FusedDecodingWeights();
-  FusedDecodingWeights(const FusedDecodingWeights&) = delete;
-  FusedDecodingWeights& operator=(const FusedDecodingWeights&) = delete;
+  explicit FusedGenerationWeights(CausalLM& model);
+  ~FusedGenerationWeights();
+  FusedGenerationWeights(const FusedGenerationWeights&) = delete;
+  FusedGenerationWeights& operator=(const FusedGenerationWeights&) = delete;
 
  private:
   CausalLM model_;

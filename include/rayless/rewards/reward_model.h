@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "rayless/model/model.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 #include "rayless/prompts/chat_template.h"
 #include "rayless/rewards/rewards.h"
 

@@ -14,6 +14,7 @@
 
 #include "rayless/base/choices.h"
 #include "rayless/base/error.h"
+#include "rayless/base/worker_process.h"
 
 namespace rayless {
 
@@ -63,6 +64,8 @@ class RewardSet {
   // "" when every function can score completions of this dataset row, else the first reason.
   std::string check_row(const nlohmann::json& row) const;
   size_t size() const { return functions_.size(); }
+  // One more column after those of reward.functions (an environment's get_reward, weight 1 as in TRL).
+  void add(std::unique_ptr<RewardFunction> function, double weight);
 
   // A score that was not a finite number (an infinity a function returned, or NaN from a reward
   // model): it counts as no score (NaN), as null does.
@@ -102,25 +105,12 @@ class RewardWorker : public RewardFunction {
                             const std::vector<int64_t>& completion_token_counts,
                             const std::vector<nlohmann::json>& rows) override;
   bool runs_apart() const override { return true; }
-  int pid() const { return pid_; }
+  int pid() const { return process_.pid(); }
 
  private:
-  // Sends the lines (each ends in '\n') and returns exactly lines.size() answer lines.
-  std::vector<std::string> exchange(const std::vector<std::string>& lines);
-  [[noreturn]] void fail_exited(const std::string& during);
-  void stop();
-  // names the worker in errors: reward worker "judge" (python3 judge.py)
-  std::string who() const { return str("reward worker \"", name_, "\" (", command_, ")"); }
-
   std::string name_;
-  std::string command_;
-  double timeout_s_;
   int64_t batch_size_;
-  int pid_ = -1;
-  int group_ = -1;        // its process group (= its pid), killed as a whole on stop
-  int to_worker_ = -1;    // worker's stdin
-  int from_worker_ = -1;  // worker's stdout
-  std::string pending_;   // bytes read past the last complete line
+  WorkerProcess process_;  // named in errors: reward worker "judge" (python3 judge.py)
 };
 
 }  // namespace rayless

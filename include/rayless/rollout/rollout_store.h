@@ -36,6 +36,16 @@ struct Rollouts {
   torch::Tensor completion_mask;     // bool [T]: 1 = token counts (up to and including EOS)
   torch::Tensor ref_logps;           // float32/float64 [T] when beta > 0, else undefined
   torch::Tensor truncated;           // bool [N]: hit max_completion_length without EOS
+  // completions sampled by another engine (generation ranks, a replay file with log-probs): the
+  // sampler's log-probs, float32/float64 [T], beside the trainer's old_logps (undefined otherwise)
+  torch::Tensor sampling_logps;
+  int64_t policy_version = -1;       // optimizer steps done by the policy that sampled them (-1: not recorded)
+  // bool [N]: the sampler met a NaN or an infinity in the row's logits and ended it (the trainer's
+  // non-finite guard leaves out the steps trained on it); undefined: not recorded (none met)
+  torch::Tensor nonfinite_logits;
+  // runs with tools or an environment (undefined / empty otherwise):
+  torch::Tensor tool_mask;           // bool [T]: 1 = the model wrote the token, 0 = a tool or the environment did
+  std::vector<std::string> conversations;  // [N] JSON: messages, turns, tool calls (docs/rollout-format.md)
 
   int64_t size() const { return group_index.defined() ? group_index.size(0) : 0; }
   // Checks shapes, dtypes and offsets; InputError naming the first problem (`where` prefixes it).

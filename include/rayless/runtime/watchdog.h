@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace rayless {
 
@@ -29,6 +30,10 @@ class Watchdog {
   // world size, a rank that has written no heartbeat yet (stopped early) is named too; this rank's
   // file from an earlier attempt is removed so it never speaks for this one.
   void set_heartbeat_dir(const std::string& dir, int world_size = 0);
+  // Ranks that run different collectives (asynchronous GRPO's training and generation ranks): group[r]
+  // is rank r's group. A rank's collective count is compared only with those of its own group; a rank
+  // of another group is named only when its heartbeat went quiet. Empty = one group.
+  void set_rank_groups(std::vector<int> group);
 
   // What happens on a stall (default: print the message as "rayless: error: ..." and MPI_Abort(1)).
   // Tests replace it to observe the message without ending the process.
@@ -39,6 +44,8 @@ class Watchdog {
   // Called by CollectiveGuard.
   void enter(const char* collective);
   void leave();
+  // Called by UncountedCollectives.
+  void pause_counting(bool paused);
 
   ~Watchdog();
 
@@ -56,6 +63,17 @@ class CollectiveGuard {
   ~CollectiveGuard() { Watchdog::instance().leave(); }
   CollectiveGuard(const CollectiveGuard&) = delete;
   CollectiveGuard& operator=(const CollectiveGuard&) = delete;
+};
+
+// Collectives run inside this scope are timed as any other but not counted: only some ranks of a group
+// run them (asynchronous GRPO's weight pushes: training rank 0 of the training ranks), and the call
+// counts the stall message compares must stay comparable within a group.
+class UncountedCollectives {
+ public:
+  UncountedCollectives();
+  ~UncountedCollectives();
+  UncountedCollectives(const UncountedCollectives&) = delete;
+  UncountedCollectives& operator=(const UncountedCollectives&) = delete;
 };
 
 // The step setter the trainer calls once per optimizer step.

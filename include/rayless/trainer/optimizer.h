@@ -93,8 +93,7 @@ void set_parameter_gradients(const std::vector<torch::Tensor>& parameters, const
 // dtype (torch's clip_grad_norm_ sums in the gradients' dtype), so a sum over shards and a sum over
 // whole tensors agree to float64 rounding, and the clip coefficient, computed from it in the
 // gradients' dtype as torch does, comes out the same at every stage: ZeRO then updates float32
-// weights bit for bit as stage 0 does. sum_of_squares reads `t` once (no float64 copy of it).
-double sum_of_squares(const torch::Tensor& t);
+// weights bit for bit as stage 0 does. Each tensor's squares: ops::sum_of_squares (ops/ops.h).
 // min(1, max_norm / (norm + 1e-6)) computed in the gradients' dtype (torch's formula), or 1 when
 // max_norm <= 0 (transformers then only measures the norm).
 double clip_coefficient(const torch::TensorOptions& gradients, double norm, double max_norm);

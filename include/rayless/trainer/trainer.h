@@ -7,18 +7,25 @@
 // completions; an optimizer step takes gradient_accumulation_steps micro-steps; a generation gives each
 // rank steps_per_generation micro-batches and is reused for num_iterations (μ) passes, so a new
 // generation starts every steps_per_generation x μ micro-steps.
+//
+// With distributed.generation_ranks = K > 0 (asynchronous GRPO, async_plan.h) the last K ranks take
+// the other role: Trainer::run hands them to generate_for_trainers (trainer_async.cpp), and the
+// training ranks' loop gets each generation from them instead of sampling it. The counting above is
+// the training ranks'; they and the generation ranks meet at the start of every generation cycle.
 #pragma once
 #include <torch/types.h>
 
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "rayless/agent/agent_rollout.h"
 #include "rayless/base/config.h"
-#include "rayless/grpo/logprobs.h"
+#include "rayless/ops/ops.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/model/lora.h"
 #include "rayless/model/model.h"
@@ -26,6 +33,7 @@
 #include "rayless/prompts/prompt_builder.h"
 #include "rayless/prompts/sharding.h"
 #include "rayless/rollout/rollout_batch.h"
+#include "rayless/trainer/async_plan.h"
 #include "rayless/sampler/sampler.h"
 #include "rayless/trainer/metrics.h"
 #include "rayless/trainer/nonfinite_guard.h"
@@ -39,10 +47,13 @@ class DataParallel;
 class MetricsLog;
 class Optimizer;
 class ReplaySource;
+struct ReplayedGeneration;
 class RewardSet;
 class Runtime;
 class TensorBoardWriter;
 class Tokenizer;
+class ToolChat;
+class ToolWorkers;
 struct AdvantageOutput;
 
 struct TrainOptions {
@@ -90,12 +101,23 @@ class Trainer {
     std::vector<nlohmann::json> fields;  // dataset rows (for rewards)
     std::vector<std::string> completion_texts;  // decoded by score()
     GenerationOutput sampled;            // the sampler's log-probs and entropies (undefined when replayed)
+    bool sampled_elsewhere = false;      // by another engine (generation ranks, a replay file with log-probs)
+    // runs with tools or an environment: each row's conversation (messages, turns) and call counts
+    std::vector<AgentRollout> rollouts;
+    std::vector<std::string> where;      // each row's source (dataset file:line or replay line), for messages
   };
 
   // generation (trainer_generation.cpp)
   Generation generate_and_score(int64_t generation_step);
-  Drawn draw_sampled(int64_t generation_step);
+  // what follows the draw, however the completions came: advantages, old/reference log-probs, the
+  // importance-sampling correction, metrics, the store
+  Generation finish_generation(Drawn drawn, const torch::Tensor& rewards_per_func);
+  RowPiece own_rows() const;  // this training rank's slice of a generation
+  Drawn draw_prompts(int64_t generation_step, const RowPiece& rows);
+  Drawn draw_sampled(int64_t generation_step, const RowPiece& rows);
   Drawn draw_replayed(int64_t generation_step);
+  Drawn draw_replayed_turns(Drawn drawn, const ReplayedGeneration& g, int64_t generation_step,
+                            const std::vector<std::string>& where);
   void add_prompt(Drawn& drawn, const PromptRow& row, const std::string& where);
   void take_sampled(Drawn& drawn, int64_t step);
   RolloutAttrs store_attrs(int64_t num_generations) const;
@@ -105,7 +127,7 @@ class Trainer {
   // fnv1a64 of this rank's stored file of a generation ("" when there is none)
   std::string generation_file_hash(int64_t generation_step) const;
   torch::Tensor micro_batch_order(int64_t generation_step, int64_t rows) const;
-  LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+  ops::LogprobsAndEntropies policy_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const torch::Tensor& completion_ids, const torch::Tensor& completion_mask,
                                        int64_t prompt_width);
 
@@ -114,6 +136,17 @@ class Trainer {
   PromptDataset open_checked_dataset(const std::string& path, const std::string& key, bool& checked_now,
                                      int64_t& longest_prompt);
   std::string dataset_check_fingerprint() const;
+
+  // tools and environments (trainer_agent.cpp)
+  void start_agent();
+  // reset(**row) of environment instance i for row i; the observation joins the row's last message
+  void reset_environments(std::vector<PromptRow>& rows, const std::vector<std::string>& where);
+  // the multi-turn tool loop after each row's first turn; the batch's completion tensors from its rollouts
+  void roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate, const std::vector<std::string>& where);
+  GenerateTurn sampler_turns(const SamplingParams& params, const SamplingStream& stream);
+  GenerateTurn replayed_turns(const std::vector<std::vector<std::vector<int64_t>>>& turns, std::vector<size_t>& next,
+                              const std::string& where);
+  StepMetrics tool_metrics(const Drawn& drawn) const;
 
   // evaluation (trainer_eval.cpp)
   bool eval_due() const;
@@ -139,9 +172,27 @@ class Trainer {
 
   LoraSettings lora_settings() const;  // lora.* of the config
 
+  // asynchronous GRPO (trainer_async.cpp): the meeting at every cycle boundary, the generation ranks'
+  // loop, the training ranks' side of the handover
+  struct Meeting {
+    bool stop = false;  // a stop signal on some rank, or training done: checkpointed, now end
+    int signal = 0;     // the signal that stopped it (0: training done)
+  };
+  Meeting meet(bool training_done);
+  int generate_for_trainers();
+  void generate_share(int64_t generation_step);
+  Rollouts hand_over(const Rollouts& share);
+  Generation receive_generation(int64_t generation_step);
+  Drawn draw_received(int64_t generation_step, const Rollouts& mine);
+  void restore_generation_rank(const std::filesystem::path& checkpoint, const TrainerState& state);
+  int64_t last_generation_step() const;  // the generation the last micro-step of the run trains on
+
   // checkpoints (trainer_checkpoint.cpp)
   void save(bool at_optimizer_boundary);
+  void finish_run();   // the last checkpoint (with generation ranks: at a last meeting, which ends their loop)
+  bool checkpoint_due() const;  // the periodic checkpoint after this optimizer step
   void restore(const std::filesystem::path& checkpoint);
+  void load_policy_weights(const std::filesystem::path& checkpoint);
   void check_config_against(const std::filesystem::path& checkpoint, const TrainerState& state, bool mid_cycle) const;
   void record_segment_config(const std::filesystem::path& resumed_from) const;
 
@@ -159,7 +210,14 @@ class Trainer {
   Config cfg_;
   std::filesystem::path output_dir_;
   torch::Device device_ = torch::kCPU;
-  std::unique_ptr<Communicator> comm_;
+  // communicators: world_ every rank (run directory, checkpoints, meetings); comm_ the training ranks
+  // (gradients, metrics; = world_ without generation ranks); role_comm_ owns this rank's role's;
+  // weights_comm_ training rank 0 and the generation ranks (weight pushes)
+  std::unique_ptr<Communicator> world_comm_, role_comm_, weights_comm_;
+  Communicator* world_ = nullptr;
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<AsyncPlan> plan_;  // null when every rank trains and generates
+  bool generates_ = false;           // this rank is a generation rank
   std::shared_ptr<Tokenizer> tokenizer_;
   CausalLM policy_{nullptr};
   CausalLM reference_{nullptr};
@@ -169,6 +227,8 @@ class Trainer {
   PromptDataset dataset_;
   std::unique_ptr<RewardSet> rewards_;
   std::unique_ptr<ReplaySource> replay_;  // train.replay_rollouts: completions from a file, not sampled
+  std::unique_ptr<ToolWorkers> tool_workers_;  // [tools.NAME] and [environment] workers (agentic runs)
+  std::unique_ptr<ToolChat> tool_chat_;        // the chat template's tool calls and results
   std::unique_ptr<MetricsLog> metrics_log_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, log.tensorboard
   PromptDataset eval_dataset_;                      // eval.path (empty: no evaluation)
@@ -191,10 +251,19 @@ class Trainer {
   std::string last_checkpoint_;           // the newest whole checkpoint ("" = none yet)
   SegmentStart segment_;                  // where this segment of the run began (zeros for a fresh run)
 
+  // asynchronous GRPO
+  int64_t generators_version_ = -1;  // the policy version the generation ranks hold (every rank tracks it)
+  int64_t last_saved_step_ = 0;      // optimizer step of the last checkpoint (periodic checkpoints at meetings)
+  std::deque<Rollouts> in_flight_;   // generation ranks: shares sampled and stored, not yet handed over
+  double idle_seconds_ = 0;          // waiting for the other role (at meetings and handovers) since the last report
+  double busy_seconds_ = 0;          // generation ranks: sampling and scoring since the last report
+  double generator_idle_seconds_ = 0, generator_busy_seconds_ = 0;  // training ranks: the generation ranks' reports
+
   // derived once
   int64_t steps_per_generation_ = 1;
   int64_t micro_steps_per_cycle_ = 1;  // steps_per_generation x μ
-  bool needs_old_logps_ = false;       // TRL: only when the policy can change within a cycle
+  bool needs_old_logps_ = false;       // TRL: only when the policy can change within a cycle, or to correct
+  bool corrects_sampling_ = false;     // TRL's importance-sampling correction applies (completions from elsewhere)
   torch::Dtype logp_dtype_ = torch::kFloat32;  // log-probs, entropies, the loss: float64 with a float64 model
 
   // per-step measurements

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rayless/prompts/sharding.h"
 
@@ -18,6 +19,13 @@ struct SegmentStart {
   int64_t optimizer_step = 0;
   int64_t generation_step = 0;
   ShardCursor data_cursor;  // where generation `generation_step` draws its prompts from
+};
+
+// Asynchronous GRPO's roles when the checkpoint was taken (generation_ranks = 0: none).
+struct AsyncState {
+  int64_t generation_ranks = 0;
+  int64_t async_lag = 0;
+  int64_t generators_version = -1;  // the policy version the generation ranks held (-1: none)
 };
 
 struct TrainerState {
@@ -37,6 +45,7 @@ struct TrainerState {
   int64_t micro_batch = 0;  // micro-batch within the pass
   int64_t num_prompts = 0;  // rows of data.path the run drew from (0: not recorded)
   SegmentStart segment;     // where the segment that took this checkpoint began
+  AsyncState async;
   int64_t nonfinite_steps = 0;     // optimizer steps the non-finite guard left out, in all
   int64_t nonfinite_in_a_row = 0;  // of them, in a row up to this checkpoint
 
@@ -45,8 +54,10 @@ struct TrainerState {
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& json, const std::string& where);
   // InputError naming `where` when this state cannot resume here: another world size in the middle of
-  // a generation cycle or accumulation, or a step beyond max_steps.
-  void check_resumable(const std::string& where, int64_t world_size, bool mid_accumulation, int64_t max_steps) const;
+  // a generation cycle or accumulation, a step beyond max_steps, or (a checkpoint with generation
+  // ranks, whose generations in flight live on them) other roles: generation_ranks and async_lag.
+  void check_resumable(const std::string& where, int64_t world_size, bool mid_accumulation, int64_t max_steps,
+                       const AsyncState& now = {}) const;
 };
 
 struct RankState {
@@ -59,6 +70,15 @@ struct RankState {
   // distributed.zero_stage of the run: at stage 2 the saved accumulated gradients are this rank's
   // slices (zero_optimizer.h), at stages 0 and 1 whole tensors
   int64_t zero_stage = 0;
+  // a generation rank: the generations it had sampled and stored but not yet handed over, with
+  // fnv1a64 of each stored file (read back, checked, on resume)
+  struct InFlight {
+    int64_t step = 0;
+    int64_t policy_version = -1;
+    std::string file_hash;
+  };
+  bool generation_rank = false;
+  std::vector<InFlight> in_flight;
   nlohmann::json to_json(int64_t seed) const;
   static RankState from_json(const nlohmann::json& json);
 };

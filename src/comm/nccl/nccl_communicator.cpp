@@ -55,6 +55,7 @@ ncclRedOp_t nccl_op_for(ReduceOp op, at::ScalarType dtype) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm comm, int device_index) : host_(make_mpi_communicator(comm)), device_(device_index) {
+    MPI_Comm_dup(comm, &mpi_comm_);  // what split() divides
     rank_ = host_->rank();
     size_ = host_->size();
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -70,6 +71,9 @@ class NcclCommunicator final : public Communicator {
   }
   ~NcclCommunicator() override {
     if (comm_) ncclCommDestroy(comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && mpi_comm_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_comm_);
   }
 
   int rank() const override { return rank_; }
@@ -138,11 +142,26 @@ class NcclCommunicator final : public Communicator {
     host_->barrier();
   }
 
+  // the MPI ranks split as MPI_Comm_split does; each part gets NCCL communicators of its own
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    {
+      CollectiveGuard guard("split");
+      runtimeCheck(MPI_Comm_split(mpi_comm_, color < 0 ? MPI_UNDEFINED : color, key, &part) == MPI_SUCCESS,
+                   "MPI split failed");
+    }
+    if (part == MPI_COMM_NULL) return nullptr;
+    auto out = std::make_unique<NcclCommunicator>(part, device_);
+    MPI_Comm_free(&part);
+    return out;
+  }
+
  private:
   static cudaStream_t stream() { return cudaStreamLegacy; }
   void synchronize() { check_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
 
   std::unique_ptr<Communicator> host_;
+  MPI_Comm mpi_comm_ = MPI_COMM_NULL;
   int device_ = 0;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;

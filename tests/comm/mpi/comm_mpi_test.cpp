@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -45,7 +46,7 @@ TEST_CASE("runtime: ranks, node-local rank and threads") {
   if (!torch::cuda::is_available()) CHECK(rt.select_device(DeviceChoice::Auto) == torch::Device(torch::kCPU));
 }
 
-TEST_CASE("factory: auto picks mpi with several ranks, single with one; nccl needs a CUDA build") {
+TEST_CASE("factory: auto picks mpi with several ranks, single with one, nccl needs a CUDA build") {
   auto comm = make_communicator(runtime(), "auto", torch::kCPU);
   CHECK(comm->backend_name() == (runtime().size() > 1 ? "mpi" : "single"));
   CHECK(make_communicator(runtime(), "mpi", torch::kCPU)->backend_name() == "mpi");
@@ -93,6 +94,34 @@ TEST_CASE("broadcast and allgather") {
   torch::Tensor all = comm->allgather(mine);
   REQUIRE(all.sizes() == std::vector<int64_t>{size, 2, 3});
   for (int r = 0; r < size; ++r) CHECK(torch::equal(all[r], torch::full({2, 3}, r, torch::kInt64)));
+}
+
+TEST_CASE("split: a color per part, ranks ordered by key, a negative color gets none") {
+  auto comm = mpi();
+  const int rank = comm->rank(), size = comm->size();
+  // rank 0 stays out; the others split by parity, ordered by descending rank
+  const int color = rank == 0 ? -1 : rank % 2;
+  auto part = comm->split(color, -rank);
+  if (rank == 0) {
+    CHECK(part == nullptr);
+  } else {
+    REQUIRE(part != nullptr);
+    std::vector<int> members;
+    for (int r = size - 1; r >= 1; --r)
+      if (r % 2 == color) members.push_back(r);
+    CHECK(part->size() == static_cast<int>(members.size()));
+    CHECK(part->rank() == static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin()));
+    CHECK(part->backend_name() == "mpi");
+    torch::Tensor sum = torch::tensor({static_cast<double>(rank)}, torch::kFloat64);
+    part->allreduce(sum, ReduceOp::Sum);  // only the part's ranks take part
+    double expected = 0;
+    for (int r : members) expected += r;
+    CHECK(sum.item<double>() == expected);
+  }
+  comm->barrier();  // the parent still works for everyone
+  auto single = make_single_communicator();
+  CHECK(single->split(-1, 0) == nullptr);
+  CHECK(single->split(3, 0)->size() == 1);
 }
 
 TEST_CASE("allgather_variable with uneven and empty ranks") {

@@ -1,7 +1,7 @@
 // libFuzzer target: a .safetensors file (8-byte header length, JSON header, data), read the way a
 // model load reads it: header checked, every tensor copied out.
 #include "fuzz_input.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto file = rayless::fuzz::write_input("model.safetensors", data, size);

@@ -3,7 +3,7 @@
 #include <torch/types.h>
 
 #include "fuzz_input.h"
-#include "rayless/model/safetensors.h"
+#include "rayless/hf/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool shard_written = [] {

@@ -1,7 +1,7 @@
 // libFuzzer target: a Hugging Face tokenizer.json (vocab, merges, added tokens, normalizer and
 // pre-tokenizer with its regexes, decoder), then used: encode a few fixed strings and decode them.
 #include "fuzz_input.h"
-#include "rayless/model/tokenizer.h"
+#include "rayless/hf/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -92,7 +92,7 @@ TEST_CASE("data parallel: large tensors get buckets of their own, parameters wit
   CHECK(dp.gradient_collectives() == (size > 1 ? 2 : 0));
 }
 
-TEST_CASE("data parallel: bucket size 0 means 4 MiB on MPI; a negative size is an input error") {
+TEST_CASE("data parallel: bucket size 0 means 4 MiB on MPI, a negative size is an input error") {
   auto comm = mpi();
   // three 1.5 MiB tensors: 4 MiB buckets hold two of them, 25 MiB buckets all three
   std::vector<torch::Tensor> params;
