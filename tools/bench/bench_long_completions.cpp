@@ -76,7 +76,7 @@ int bench_long_completions(const Args& args) {
   const int64_t before_kib = status_kib("VmRSS");
   reset_peak_rss();
   const auto start = BenchClock::now();
-  AutocastScope autocast(bf16, torch::kCPU);
+  const ops::AutocastScope autocast(bf16, torch::kCPU);
   if (phase == "generate") {
     SamplingParams params;
     params.max_new_tokens = length;
