@@ -391,6 +391,8 @@ void add_grpo_fields(std::vector<ConfigField>& f) {
   f.push_back(float_field("grpo.ref_model_mixup_alpha", REF(grpo.ref_model_mixup_alpha), 0.0, 1.0, "ref = alpha * policy + (1 - alpha) * ref at each sync"));
   f.push_back(int_field("grpo.ref_model_sync_steps", REF(grpo.ref_model_sync_steps), 1, kNoMax, "optimizer steps between reference syncs"));
   f.push_back(int_field("grpo.logprob_chunk_size", REF(grpo.logprob_chunk_size), 1, kNoMax, "positions per LM-head chunk in the fused log-prob path"));
+  f.push_back(int_field("grpo.logprob_sequence_chunk_size", REF(grpo.logprob_sequence_chunk_size), 0, kNoMax,
+                        "the log-prob passes without gradients (old and reference) take longer completions in pieces of this many positions on a KV cache of the prompt (0 = one pass)"));
   f.push_back(int_field("grpo.async_lag", REF(grpo.async_lag), 0, kNoMax, "with generation ranks: generation g is sampled by the policy trained up to the start of generation g - async_lag (the first async_lag by the initial policy); 0 = on-policy"));
   f.push_back(int_field("grpo.weight_sync_steps", REF(grpo.weight_sync_steps), 1, kNoMax, "with generation ranks: new weights go to them after every N optimizer steps (at the next generation boundary)"));
   f.push_back(bool_field("grpo.vllm_importance_sampling_correction", REF(grpo.vllm_importance_sampling_correction), "weigh the loss by the importance ratio of the trainer's old log-probs to the sampling log-probs when completions come from another engine: generation ranks, or a replay file with logprobs (TRL: with vLLM)"));

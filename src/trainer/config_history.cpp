@@ -98,6 +98,7 @@ const std::vector<ResumeFreeKey>& resume_free_keys() {
       {"generation.sync_interval", "the same tokens per row, the host looking more or less often"},
       {"generation.cuda_graphs", "the same decode step, replayed from a graph or run eagerly"},
       {"grpo.logprob_chunk_size", "the same log-probs in other chunks"},
+      {"grpo.logprob_sequence_chunk_size", "the same log-probs in other pieces along the sequence"},
       {"grpo.entropy_threshold_method", "the same threshold, found another way"},
       {"model.device", "where the run computes"},
       {"reward.worker_timeout_s", "how long a worker may take"},

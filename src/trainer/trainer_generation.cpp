@@ -399,6 +399,7 @@ ops::LogprobsAndEntropies Trainer::policy_logprobs(CausalLM& model, const std::v
   options.pad_id = tokenizer_->pad_id();
   options.temperature = cfg_.generation.temperature > 0 ? cfg_.generation.temperature : 1.0;
   options.chunk_positions = cfg_.grpo.logprob_chunk_size;
+  options.sequence_chunk = cfg_.grpo.logprob_sequence_chunk_size;  // passes without gradients only
   options.packed = cfg_.train.padding_free;
   options.prompt_width = prompt_width;
   return completion_logprobs(model, prompts, completion_ids, completion_mask, options);

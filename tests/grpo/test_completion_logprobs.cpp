@@ -156,3 +156,30 @@ TEST_CASE("completion_logprobs rejects mismatched shapes") {
   CHECK_THROWS(completion_logprobs(model, batch.prompts, batch.completion_ids.narrow(0, 0, 3),
                                    batch.completion_mask.narrow(0, 0, 3), options));
 }
+
+// Issue 51 item 2: without gradients, completions longer than sequence_chunk go through the model in
+// pieces on a KV cache of their prompt (the distinct prompts once, repeated for their rows): the same
+// log-probs and entropies as the packed pass in one go, zeros outside the mask, for pieces that do not
+// divide the length, a piece of one position, and rows whose completions end in different pieces.
+TEST_CASE("the log-prob pass in pieces along the sequence equals the pass in one go") {
+  for (const std::string name : {"qwen2", "llama", "qwen3"}) {
+    INFO(name);
+    CausalLM model = load_hf_model(test::golden_dir() / name);
+    model->to(torch::kFloat64);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const Batch batch = long_uneven_batch(model->config().vocab_size);
+    CompletionLogprobOptions options;
+    options.temperature = 0.7;
+    options.chunk_positions = 5;
+    const auto whole = completion_logprobs(model, batch.prompts, batch.completion_ids, batch.completion_mask, options);
+    for (const int64_t piece : {int64_t{1}, int64_t{37}, int64_t{64}, int64_t{199}}) {
+      INFO("sequence_chunk " << piece);
+      options.sequence_chunk = piece;
+      const auto pieces = completion_logprobs(model, batch.prompts, batch.completion_ids, batch.completion_mask, options);
+      CHECK(masked_max_difference(whole.logps, pieces.logps, batch.completion_mask) < 1e-12);
+      CHECK(masked_max_difference(whole.entropies, pieces.entropies, batch.completion_mask) < 1e-12);
+      CHECK(pieces.logps.masked_select(batch.completion_mask == 0).abs().max().item<double>() == 0.0);
+    }
+  }
+}

@@ -139,6 +139,10 @@ struct GrpoConfig {
   double ref_model_mixup_alpha = 0.6;
   int64_t ref_model_sync_steps = 512;
   int64_t logprob_chunk_size = 256;                 // positions per LM-head chunk in the fused path
+  // the old/reference log-prob passes (no gradients) take completions longer than this in pieces of
+  // this many positions on a KV cache of the prompt (0: one pass); bounds their activations for long
+  // completions (issue 51)
+  int64_t logprob_sequence_chunk_size = 2048;
   // asynchronous GRPO (distributed.generation_ranks > 0, docs/distributed.md)
   int64_t async_lag = 0;                            // generation g is sampled by the policy of cycle g - async_lag
   int64_t weight_sync_steps = 1;                    // optimizer steps between weight pushes to the generators
