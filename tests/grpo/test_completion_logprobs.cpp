@@ -169,12 +169,15 @@ TEST_CASE("the log-prob pass in pieces along the sequence equals the pass in one
     model->eval();
     torch::NoGradGuard no_grad;
     const Batch batch = long_uneven_batch(model->config().vocab_size);
-    CompletionLogprobOptions options;
-    options.temperature = 0.7;
-    options.chunk_positions = 5;
-    const auto whole = completion_logprobs(model, batch.prompts, batch.completion_ids, batch.completion_mask, options);
+    // positions counted from the masks, and as in rows left-padded to 9 (the trainer's prompt_width)
+    for (const int64_t prompt_width : {int64_t{0}, int64_t{9}})
     for (const int64_t piece : {int64_t{1}, int64_t{37}, int64_t{64}, int64_t{199}}) {
-      INFO("sequence_chunk " << piece);
+      INFO("prompt_width " << prompt_width << ", sequence_chunk " << piece);
+      CompletionLogprobOptions options;
+      options.temperature = 0.7;
+      options.chunk_positions = 5;
+      options.prompt_width = prompt_width;
+      const auto whole = completion_logprobs(model, batch.prompts, batch.completion_ids, batch.completion_mask, options);
       options.sequence_chunk = piece;
       const auto pieces = completion_logprobs(model, batch.prompts, batch.completion_ids, batch.completion_mask, options);
       CHECK(masked_max_difference(whole.logps, pieces.logps, batch.completion_mask) < 1e-12);

@@ -12,8 +12,6 @@
 #include <iostream>
 #include <sstream>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "bench/benches.h"
 #include "cli/options.h"
 #include "rayless/base/error.h"
@@ -21,6 +19,7 @@
 #include "rayless/grpo/completion_logprobs.h"
 #include "rayless/hf/tokenizer.h"
 #include "rayless/sampler/sampler.h"
+#include "rayless/sampler/sampling_stream.h"
 
 namespace rayless::cli {
 namespace {
@@ -83,8 +82,7 @@ int bench_long_completions(const Args& args) {
     params.num_generations = rows;  // one prompt, as GRPO's group shares one
     params.greedy = true;
     params.pad_id = tokenizer->pad_id();  // no eos ids: every row runs to `length`
-    torch::Generator generator = at::detail::createCPUGenerator(1);
-    const GenerationOutput out = generate(model, {one_prompt}, params, generator);
+    const GenerationOutput out = generate(model, {one_prompt}, params, SamplingStream(1));
     runtimeCheck(out.completion_ids.size(1) == length, "long-completions: generated ", out.completion_ids.size(1), " tokens");
   } else {
     CompletionLogprobOptions o;
