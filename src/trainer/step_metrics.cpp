@@ -3,6 +3,7 @@
 #include <torch/types.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "rayless/comm/communicator.h"
@@ -43,28 +44,57 @@ StepMetrics generation_metrics(Communicator& comm, const RolloutBatch& batch, co
   return m;
 }
 
-StepMetrics loss_metrics(Communicator& comm, const LossOutput& out, bool* sums_finite) {
-  std::vector<double> parts, extremes;
-  for (const auto& [name, part] : out.means) parts.insert(parts.end(), {part.sum, part.count});
-  for (const auto& [name, value] : out.minima) extremes.push_back(std::isnan(value) ? -INFINITY : -value);
-  for (const auto& [name, value] : out.maxima) extremes.push_back(std::isnan(value) ? -INFINITY : value);
-  torch::Tensor summed = torch::tensor(parts, torch::kFloat64);
-  torch::Tensor maxed = torch::tensor(extremes, torch::kFloat64);
-  if (summed.numel() > 0) comm.allreduce(summed, ReduceOp::Sum);
-  if (sums_finite) *sums_finite = summed.numel() == 0 || torch::isfinite(summed).all().item<bool>();
-  if (maxed.numel() > 0) comm.allreduce(maxed, ReduceOp::Max);
-  StepMetrics m;
-  int64_t i = 0;
+ReducedLossMetrics reduce_loss_metrics(Communicator& comm, const LossOutput& out) {
+  ReducedLossMetrics r;
+  std::vector<torch::Tensor> parts, extremes;
   for (const auto& [name, part] : out.means) {
-    m[name] = MeanPart{summed[2 * i].item<double>(), summed[2 * i + 1].item<double>(), part.single_precision}.value();
-    ++i;
+    r.means.emplace_back(name, part.single_precision);
+    parts.insert(parts.end(), {part.sum, part.count});
   }
-  i = 0;
-  for (const auto& [name, value] : out.minima) m[name] = -maxed[i++].item<double>();
-  for (const auto& [name, value] : out.maxima) m[name] = maxed[i++].item<double>();
-  for (auto& [name, value] : m)
-    if (std::isinf(value)) value = NAN;  // no rank had a value
-  return m;
+  const double none = -std::numeric_limits<double>::infinity();
+  for (const auto& [name, value] : out.minima) {
+    r.minima.push_back(name);
+    extremes.push_back((-value).masked_fill(torch::isnan(value), none));
+  }
+  for (const auto& [name, value] : out.maxima) {
+    r.maxima.push_back(name);
+    extremes.push_back(value.masked_fill(torch::isnan(value), none));
+  }
+  // MPI reduces host memory; NCCL (and one rank) the tensors where they are
+  const bool on_host = comm.backend_name() == "mpi";
+  auto packed = [&](const std::vector<torch::Tensor>& values) {
+    const torch::Tensor t = values.empty() ? torch::zeros({0}, torch::kFloat64) : torch::stack(values);
+    return on_host ? t.cpu() : t;
+  };
+  r.sums = packed(parts);
+  r.extremes = packed(extremes);
+  if (r.sums.numel() > 0) comm.allreduce(r.sums, ReduceOp::Sum);
+  if (r.extremes.numel() > 0) comm.allreduce(r.extremes, ReduceOp::Max);
+  return r;
+}
+
+std::vector<StepMetrics> read_loss_metrics(const std::vector<ReducedLossMetrics>& micro_steps) {
+  std::vector<torch::Tensor> pieces;
+  for (const ReducedLossMetrics& r : micro_steps)
+    for (const torch::Tensor& t : {r.sums, r.extremes})
+      if (t.numel() > 0) pieces.push_back(t);  // an empty one may sit on the host
+  // joined where they are (every micro-step's on one device), then one copy to the host
+  const torch::Tensor all = pieces.empty() ? torch::zeros({0}, torch::kFloat64) : torch::cat(pieces).cpu().contiguous();
+  const double* v = all.data_ptr<double>();
+  std::vector<StepMetrics> out;
+  for (const ReducedLossMetrics& r : micro_steps) {
+    StepMetrics m;
+    for (const auto& [name, single] : r.means) {
+      m[name] = mean_value(v[0], v[1], single);
+      v += 2;
+    }
+    for (const std::string& name : r.minima) m[name] = -*v++;
+    for (const std::string& name : r.maxima) m[name] = *v++;
+    for (auto& [name, value] : m)
+      if (std::isinf(value)) value = NAN;  // no rank had a value
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 StepMetrics mean_over(const std::vector<StepMetrics>& metrics) {
