@@ -39,6 +39,7 @@ check_free_space "${TMPDIR:-/tmp}" 1
 # the GPU path cannot rot unseen on machines without a GPU.
 if command -v nvcc >/dev/null 2>&1 || [ -n "${RAYLESS_NCCL_INCLUDE_DIR:-}" ]; then
   ./tools/nccl_compile_check.sh
+  ./tools/cuda_graphs_compile_check.sh
 else
   echo "test: no CUDA toolkit here: NCCL compile check skipped"
 fi

@@ -115,6 +115,24 @@ ConfigField int_field(std::string name, IntRef ref, int64_t lo, int64_t hi, std:
   return f;
 }
 
+// "auto" (held as 0) or an integer >= lo (lo >= 1).
+ConfigField auto_or_int_field(std::string name, IntRef ref, int64_t lo, std::string doc) {
+  const std::string allowed = str("\"auto\" or an integer >= ", lo);
+  ConfigField f{name, "int", allowed, std::move(doc), nullptr, nullptr};
+  f.set = [=](Config& c, const toml::node& n, const std::string& where) {
+    if (auto v = n.value_exact<std::string>(); v && *v == "auto") {
+      ref(c) = 0;
+      return;
+    }
+    ref(c) = read_int(n, where, name, lo, std::numeric_limits<int64_t>::max(), allowed);
+  };
+  f.show = [=](const Config& c) {
+    const int64_t v = const_view(ref)(c);
+    return v == 0 ? toml_quote("auto") : std::to_string(v);
+  };
+  return f;
+}
+
 ConfigField float_field(std::string name, FloatRef ref, double lo, double hi, std::string doc) {
   std::string allowed = hi == std::numeric_limits<double>::infinity()
                             ? str("a number >= ", lo)
@@ -331,6 +349,10 @@ void add_generation_and_rewards_fields(std::vector<ConfigField>& f) {
   f.push_back(string_list_field("generation.stop_strings", REF(generation.stop_strings), "completion ends after the first of these strings"));
   f.push_back(int_list_field("generation.eos_token_ids", REF(generation.eos_token_ids), 0, "end-of-sequence ids; empty = the tokenizer's and generation_config.json's"));
   f.push_back(bool_field("generation.fused_weights", REF(generation.fused_weights), "decode with q/k/v and gate/up each fused into one matmul and, on CPUs with oneDNN, weights packed once per generation (in bfloat16 under train.bf16): faster, costs one copy of the layer weights while generating (false = the separate weights)"));
+  f.push_back(auto_or_int_field("generation.slots", REF(generation.slots), 1, "decode slots of the generation engine: rows generated at once, each slot taking the next pending row when its own ends (auto = as many as fit in half of the memory free at the first generation, a slot holding the KV cache of prompt + completion positions and a row of logits: the device's free memory on CUDA, MemAvailable or the cgroup's headroom shared by the node's ranks on the CPU; never more than the rows; the log names the count)"));
+  f.push_back(auto_or_int_field("generation.prefill_chunk", REF(generation.prefill_chunk), 1, "most prompt tokens (prompts x their longest) prefilled in one pass when slots are filled (auto = all the prompts admitted at once)"));
+  f.push_back(auto_or_int_field("generation.sync_interval", REF(generation.sync_interval), 1, "decode steps between the host's looks at which rows ended (auto = 1 on the CPU, where a look is free; 8 on a GPU, where each look waits for the device)"));
+  f.push_back(string_field("generation.cuda_graphs", REF(generation.cuda_graphs), {"auto", "on", "off"}, "replay the decode step as CUDA graphs, one per slot bucket (auto = on a CUDA device when rayless is built with CUDA, except with dynamic RoPE; on = refuse to run without them; off = eager); no effect on the CPU"));
   // [reward]
   f.push_back(string_list_field("reward.functions", REF(reward.functions), "reward functions: built-ins length, format, answer, repetition, worker; any other name is a [reward.workers.NAME] or [reward.models.NAME] table (below)"));
   f.push_back(float_list_field("reward.reward_weights", REF(reward.reward_weights), "one weight per function; empty = all 1"));
@@ -983,6 +1005,10 @@ std::string config_hash(const Config& config) {
   for (const ConfigField& f : config_fields()) {
     const std::string section = f.name.substr(0, f.name.find('.'));
     static const std::set<std::string> decisive = {"model", "tokenizer", "data", "generation", "reward"};
+    // the engine's settings change how rows are scheduled, not what they hold
+    static const std::set<std::string> scheduling = {"generation.slots", "generation.prefill_chunk",
+                                                     "generation.sync_interval", "generation.cuda_graphs"};
+    if (scheduling.count(f.name)) continue;
     if (decisive.count(section) || f.name == "grpo.num_generations") material += f.name + "=" + f.show(config) + "\n";
   }
   // named reward tables, tools and the environment only when present, so hashes of configs without

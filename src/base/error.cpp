@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "rayless/base/failure_message.h"
+#include "rayless/base/log.h"
 
 namespace rayless {
 
@@ -22,17 +23,9 @@ void print_error(const std::string& message) {
   for (char& c : line) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  // One write() of the whole line: std::cerr is unbuffered, so each << would be a write of its own,
-  // and mpirun's abort notice (on the same pipe) could land between "rayless: error: " and the message.
-  // A write of up to PIPE_BUF bytes to a pipe is atomic; longer ones are finished in the loop.
-  std::cerr.flush();
-  const std::string out = "rayless: error: " + line + "\n";
-  for (size_t done = 0; done < out.size();) {
-    const ssize_t n = ::write(STDERR_FILENO, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
+  // one write() of the whole line (write_whole): mpirun's abort notice, on the same pipe, must not land
+  // between "rayless: error: " and the message
+  write_whole(STDERR_FILENO, "rayless: error: " + line + "\n");
 }
 
 std::string os_reason(int error_number) {

@@ -128,9 +128,9 @@ int generate(const Args& args) {
   params.max_new_tokens = max_new_tokens;
   params.greedy = params.greedy || vm.count("greedy") > 0;
   params.return_logprobs = true;
-  torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  const SamplingStream stream(static_cast<uint64_t>(seed));
   const MemoryPhase generating(str("generating up to ", max_new_tokens, " tokens"));
-  const GenerationOutput out = generate(model, {prompt_ids}, params, generator, tokenizer.get());
+  const GenerationOutput out = generate(model, {prompt_ids}, params, stream, tokenizer.get());
 
   std::vector<int64_t> completion;
   std::vector<double> logprobs;

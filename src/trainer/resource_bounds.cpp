@@ -94,7 +94,9 @@ MemoryEstimate training_memory(const Config& c, const ModelArchConfig& arch, int
   const int64_t activation = c.train.bf16 && element > 2 ? 2 : element;
   const int64_t parameters = arch.num_parameters();
   const int64_t positions = c.data.max_prompt_length + c.generation.max_completion_length;
-  const int64_t generation_rows = c.train.per_device_train_batch_size * c.effective_steps_per_generation(world_size);
+  // the engine's slots hold the KV cache: every row of the generation batch unless generation.slots is lower
+  const int64_t batch_rows = c.train.per_device_train_batch_size * c.effective_steps_per_generation(world_size);
+  const int64_t generation_rows = c.generation.slots > 0 ? std::min(c.generation.slots, batch_rows) : batch_rows;
   const int64_t micro_rows = c.train.per_device_train_batch_size;
   MemoryEstimate e;
   e.parts.push_back({"weights", product({parameters, element, c.grpo.beta > 0 && !c.lora.enabled ? 2 : 1})});

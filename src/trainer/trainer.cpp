@@ -75,7 +75,7 @@ Trainer::Trainer(Runtime& runtime, const TrainOptions& options, TrainerHooks hoo
   (void)check_configured_positions(cfg_, arch, cfg_.model.path);
   check_memory_fits(training_memory(cfg_, arch, training_ranks), available_memory(device_, runtime_.local_size()),
                     "each rank of this run",
-                    "lower generation.max_completion_length, data.max_prompt_length or "
+                    "lower generation.max_completion_length, data.max_prompt_length, generation.slots or "
                     "train.per_device_train_batch_size, or run fewer ranks per node (docs/models.md, Lengths and memory)");
   world_comm_ = make_communicator(runtime_, cfg_.distributed.backend, device_);
   world_ = comm_ = world_comm_.get();

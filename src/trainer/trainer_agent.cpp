@@ -81,14 +81,15 @@ void Trainer::reset_environments(std::vector<PromptRow>& rows, const std::vector
   }
 }
 
-GenerateTurn Trainer::sampler_turns(const SamplingParams& params, torch::Generator& generator) {
-  return [this, params, &generator](const std::vector<std::vector<int64_t>>& prompts, const std::vector<size_t>&,
-                                    int64_t max_new_tokens) {
+GenerateTurn Trainer::sampler_turns(const SamplingParams& params, const SamplingStream& stream) {
+  // each later turn draws from a stream of its own, each row still by its global index
+  return [this, params, stream, turn = int64_t{0}](const std::vector<std::vector<int64_t>>& prompts,
+                                                   const std::vector<size_t>& rows, int64_t max_new_tokens) mutable {
     SamplingParams p = params;
     p.num_generations = 1;  // each row continues its own conversation
     p.max_new_tokens = max_new_tokens;
     ops::AutocastScope autocast(cfg_.train.bf16, device_);
-    return turn_output(generate(policy_, prompts, p, generator, tokenizer_.get()));
+    return turn_output(generate(policy_, prompts, p, continuation_stream(stream, ++turn, rows), tokenizer_.get()));
   };
 }
 

@@ -60,13 +60,17 @@ StepMetrics Trainer::evaluate() {
     SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
     params.num_generations = per_row ? 1 : G;
     params.greedy = params.greedy || cfg_.eval.greedy;
-    torch::Generator generator = stream_generator(cfg_.train.seed, rank, optimizer_step_, "eval");
+    params.ranks_on_node = runtime_.local_size();
+    // a row's global index: its prompt's place in the eval set, then its generation
+    SamplingStream stream = sampling_stream(cfg_.train.seed, optimizer_step_, "eval");
+    for (int64_t i = rank; i < eval_dataset_.size(); i += world)
+      for (int64_t g = 0; g < G; ++g) stream.rows.push_back(i * G + g);
     policy_->eval();
     {
       ops::AutocastScope autocast(cfg_.train.bf16, device_);
-      drawn.sampled = generate(policy_, per_row ? drawn.rows.prompt_ids : unique_prompts, params, generator, tokenizer_.get());
+      drawn.sampled = generate(policy_, per_row ? drawn.rows.prompt_ids : unique_prompts, params, stream, tokenizer_.get());
     }
-    if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, generator), where);
+    if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream), where);
     policy_->train();
     take_sampled(drawn, optimizer_step_);
     drawn.rows.advantages = torch::zeros({drawn.rows.size()}, torch::kFloat32);

@@ -143,17 +143,18 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step, const RowPiece& pi
   SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);
   params.num_generations = whole_groups ? G : 1;
   params.return_logprobs = !needs_old_logps_ || plan_;  // generation ranks always send theirs
-  const bool whole_slice = piece.first == piece.rank * piece.size() || !plan_ || plan_->whole_slice(piece);
-  const std::string purpose = whole_slice ? std::string("sample") : str("sample/rows-", piece.first, "-", piece.last);
-  torch::Generator generator = stream_generator(cfg_.train.seed, piece.rank, generation_step, purpose.c_str());
+  params.ranks_on_node = runtime_.local_size();
+  // row i of this piece is row piece.first + i of the global batch: its tokens depend on that index,
+  // not on the rank (training or generation) or the batch that runs it
+  const SamplingStream stream = sampling_stream(cfg_.train.seed, generation_step, "sample", piece.first);
   policy_->eval();
   const auto start = Clock::now();
   {
     ops::AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
-    drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, generator, tokenizer_.get());
+    drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, stream, tokenizer_.get());
   }
   // tools: the rows that called one continue, each from its own conversation
-  if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, generator), drawn.where);
+  if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream), drawn.where);
   sampling_seconds_ += seconds_since(start);
   policy_->train();
   take_sampled(drawn, generation_step);

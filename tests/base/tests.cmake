@@ -46,7 +46,17 @@ add_test(NAME source-no-lambda-captured-bindings COMMAND /usr/bin/python3 ${CMAK
          ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/tests ${CMAKE_SOURCE_DIR}/tools)
 # tools/README.md has a row for every file in tools/ and names none that has gone
 add_test(NAME tools-readme-lists-every-tool COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/tools_readme_lists_tools.py)
-set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-zero-stage-exit2
+# the generation engine's settings: "auto" or an integer >= 1; 0 is refused with one line
+add_test(NAME cli-config-engine-settings-exit2 COMMAND sh -c "\
+  $<TARGET_FILE:rayless> config check ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set generation.slots=0 2>e1.txt; r1=$?; \
+  $<TARGET_FILE:rayless> config check ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set generation.sync_interval=0 2>e2.txt; r2=$?; \
+  $<TARGET_FILE:rayless> config check ${CMAKE_SOURCE_DIR}/configs/ci-small.toml --set generation.slots=4 \
+    --set generation.sync_interval=8 --set generation.prefill_chunk=512 >/dev/null; r3=$?; \
+  cat e1.txt e2.txt; [ $r1 -eq 2 ] && [ $r2 -eq 2 ] && [ $r3 -eq 0 ] && [ $(wc -l < e1.txt) -eq 1 ] && \
+  [ $(wc -l < e2.txt) -eq 1 ] && \
+  grep -q 'generation.slots = 0 (an integer) is not allowed: expected .auto. or an integer >= 1' e1.txt && \
+  grep -q 'generation.sync_interval = 0 (an integer) is not allowed: expected .auto. or an integer >= 1' e2.txt")
+set_tests_properties(cli-config-typo-exit2 cli-config-type-exit2 cli-config-new-options-exit2 cli-config-zero-stage-exit2 cli-config-engine-settings-exit2
                      cli-config-lora-rules-exit2
                      cli-config-check-shipped cli-version
                      cli-unknown-command-exit2 cli-docs-match-code cli-docs-from-trl PROPERTIES WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

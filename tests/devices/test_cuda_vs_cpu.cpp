@@ -47,7 +47,7 @@ TEST_CASE("cuda: greedy generation on the GPU gives the CPU's tokens") {
   params.max_new_tokens = 24;
   params.greedy = true;
   params.return_logprobs = true;
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  const SamplingStream generator(7);
   const std::vector<std::vector<int64_t>> prompts = {{5, 17, 42, 8}, {9, 3}};
   const GenerationOutput a = generate(cpu, prompts, params, generator, nullptr);
   const GenerationOutput b = generate(gpu, prompts, params, generator, nullptr);
@@ -62,7 +62,7 @@ TEST_CASE("cuda: sampling on the GPU is seeded: the same seed gives the same tok
   params.max_new_tokens = 16;
   params.top_k = 50;
   params.num_generations = 4;
-  auto g1 = at::make_generator<at::CPUGeneratorImpl>(11), g2 = at::make_generator<at::CPUGeneratorImpl>(11);
+  const SamplingStream g1(11), g2(11);
   const GenerationOutput a = generate(gpu, {{5, 17, 42}}, params, g1, nullptr);
   const GenerationOutput b = generate(gpu, {{5, 17, 42}}, params, g2, nullptr);
   CHECK(torch::equal(a.completion_ids.cpu(), b.completion_ids.cpu()));

@@ -11,3 +11,8 @@ set_tests_properties(gpu-compare-trl-dry-run PROPERTIES ENVIRONMENT "OUT=${CMAKE
                      TIMEOUT 300 PROCESSORS 2 LABELS "mpi;e2e")
 # tools/gpu/check_wheels.py: every requirement of the carried wheels met by a wheel or by the GPU machine
 add_test(NAME gpu-check-wheels COMMAND ${CMAKE_CURRENT_LIST_DIR}/check_wheels.sh)
+# tools/gpu/generation_bench.sh's CPU dry run: the GPU generation benchmark (issue 47) on the tiny model,
+# its results JSON and table.
+add_test(NAME gpu-generation-bench-dry-run COMMAND ${CMAKE_CURRENT_LIST_DIR}/generation_bench_dry_run.sh)
+set_tests_properties(gpu-generation-bench-dry-run PROPERTIES ENVIRONMENT "OUT=${CMAKE_BINARY_DIR}/gpu-generation-dry-run"
+                     TIMEOUT 300 LABELS e2e)

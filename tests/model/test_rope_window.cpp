@@ -48,7 +48,7 @@ GenerationOutput greedy(CausalLM& model, const nlohmann::json& expected, int64_t
   params.eos_ids = {expected["eos_id"].get<int64_t>()};
   params.pad_id = expected["pad_id"].get<int64_t>();
   params.return_logprobs = true;
-  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  const SamplingStream gen(0);
   const auto prompts = unpadded_rows(test::ids_tensor(expected["prompt_ids"]), test::ids_tensor(expected["prompt_mask"]));
   return generate(model, prompts, params, gen);
 }

@@ -347,6 +347,9 @@ TEST_CASE("store: invalid rollouts are refused before writing") {
   r = make_rollouts(1, 0);
   r.old_logps = r.old_logps.slice(0, 1);
   CHECK_THROWS_WITH(write_rollouts(dir, r, make_attrs()), Catch::Contains("old_logps"));
+  r = make_rollouts(1, 0);
+  r.nonfinite_logits = torch::zeros({r.size() + 1}, torch::kBool);  // one row too many
+  CHECK_THROWS_WITH(write_rollouts(dir, r, make_attrs()), Catch::Contains("nonfinite_logits must be [N = 12]"));
   CHECK_FALSE(fs::exists(fs::path(dir) / "rank-00000.h5"));
 }
 

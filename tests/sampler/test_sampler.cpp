@@ -45,9 +45,9 @@ TEST_CASE("sampling is reproducible from the generator and rows repeat per promp
   p.pad_id = 256;
   p.return_logprobs = true;
   std::vector<std::vector<int64_t>> prompts = {{104, 105}, {72, 101, 108, 108, 111}};
-  torch::Generator g1 = at::make_generator<at::CPUGeneratorImpl>(42);
-  torch::Generator g2 = at::make_generator<at::CPUGeneratorImpl>(42);
-  torch::Generator g3 = at::make_generator<at::CPUGeneratorImpl>(43);
+  const SamplingStream g1(42);
+  const SamplingStream g2(42);
+  const SamplingStream g3(43);
   auto a = generate(model, prompts, p, g1);
   auto b = generate(model, prompts, p, g2);
   auto c = generate(model, prompts, p, g3);
@@ -69,7 +69,7 @@ TEST_CASE("sampled log-probs equal a fresh forward of prompt + completion") {
   p.temperature = 0.8;
   p.pad_id = 256;
   p.return_logprobs = true;
-  torch::Generator g = at::make_generator<at::CPUGeneratorImpl>(1);
+  const SamplingStream g(1);
   auto out = generate(model, {{1, 2, 3}, {4, 5, 6, 7, 8}}, p, g);
   auto ids = torch::cat({out.prompt_ids, out.completion_ids}, 1);
   auto mask = torch::cat({out.prompt_mask, out.completion_mask}, 1);
@@ -92,7 +92,7 @@ TEST_CASE("completion mask ends after the first EOS, truncation flagged") {
   p.greedy = true;
   p.max_new_tokens = 8;
   p.pad_id = 256;
-  torch::Generator g = at::make_generator<at::CPUGeneratorImpl>(0);
+  const SamplingStream g(0);
   // find what greedy picks, then declare its third token an EOS
   auto free_run = generate(model, {{104, 105}}, p, g);
   REQUIRE(free_run.completion_ids.size(1) == 8);
@@ -124,7 +124,7 @@ TEST_CASE("stop strings end a completion after the token that completes them") {
   p.greedy = true;
   p.max_new_tokens = 8;
   p.pad_id = 256;
-  torch::Generator g = at::make_generator<at::CPUGeneratorImpl>(0);
+  const SamplingStream g(0);
   auto free_run = generate(model, {{104, 105}}, p, g, tok.get());
   std::vector<int64_t> first3;
   for (int i = 1; i < 3; ++i) first3.push_back(free_run.completion_ids[0][i].item<int64_t>());
@@ -151,7 +151,7 @@ TEST_CASE("rows that finish leave the decode batch without disturbing the others
   p.return_logprobs = true;
   for (int64_t id = 0; id < 48; ++id) p.eos_ids.push_back(id * 5);
   const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8}, {9}};
-  torch::Generator g = at::make_generator<at::CPUGeneratorImpl>(3);
+  const SamplingStream g(3);
   auto out = generate(model, prompts, p, g);
   const auto lengths = out.completion_mask.sum(1);
   INFO("lengths " << lengths);
@@ -204,7 +204,7 @@ TEST_CASE("golden: greedy continuations match transformers' generate") {
     params.max_new_tokens = 12;
     params.eos_ids = {expected["eos_id"].get<int64_t>()};
     params.pad_id = expected["pad_id"].get<int64_t>();
-    torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    const SamplingStream gen(0);
     auto out = generate(model, prompts, params, gen);
     CHECK(torch::equal(out.completion_ids, test::ids_tensor(expected["greedy_completion"])));
     CHECK(torch::equal(out.prompt_ids, ids));

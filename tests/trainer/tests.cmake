@@ -32,6 +32,9 @@ set_tests_properties(trainer-entropy-quantile-keeps-top-np2 PROPERTIES ENVIRONME
 add_test(NAME trainer-groups-span-ranks-np2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/groups_span_ranks.sh $<TARGET_FILE:rayless>)
 set_tests_properties(trainer-groups-span-ranks-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
                      LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+add_test(NAME trainer-sampling-per-row-np2 COMMAND ${CMAKE_CURRENT_LIST_DIR}/sampling_per_row.sh $<TARGET_FILE:rayless>)
+set_tests_properties(trainer-sampling-per-row-np2 PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2
+                     LABELS "mpi;e2e" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
 add_test(NAME trainer-world-size-and-store COMMAND ${CMAKE_CURRENT_LIST_DIR}/world_size_and_store.sh $<TARGET_FILE:rayless>
          $<TARGET_FILE:train-until-signal>)
 set_tests_properties(trainer-world-size-and-store PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600 PROCESSORS 2

@@ -95,7 +95,7 @@ void bench_one(const std::string& label, const ModelArchConfig& config, torch::D
   SamplingParams params;
   params.max_new_tokens = gen_tokens;
   params.pad_id = 0;
-  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(0);
+  const SamplingStream gen(0);
   std::fprintf(stderr, "bench model: %s: generation...\n", label.c_str());
   start = Clock::now();
   auto out = generate(model, prompts, params, gen);

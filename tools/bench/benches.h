@@ -15,6 +15,7 @@ int bench_logprobs(const Args& args);   // bench_logprobs.cpp
 int bench_threshold(const Args& args);  // bench_threshold.cpp (run under mpirun)
 int bench_model(const Args& args);      // bench_model.cpp
 int bench_decode(const Args& args);     // bench_decode.cpp: one decode step vs the machine's limits
+int bench_generation(const Args& args);  // bench_generation.cpp: the engine vs the old loop, long-tail lengths
 int bench_products(const Args& args);   // bench_products.cpp: generation's weight products, kernel by kernel
 int bench_rollouts(const Args& args);   // bench_rollouts.cpp
 int bench_zero_memory(const Args& args);  // bench_zero_memory.cpp: bytes per rank at each ZeRO stage

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
                    {"threshold", bench_threshold, "entropy threshold: gather vs select, bytes per rank and time (mpirun)"},
                    {"model", bench_model, "forward+backward and generation tokens/s, achieved FLOP/s"},
                    {"decode", bench_decode, "one KV-cached decode step at 1 and 32 rows vs weight streaming and matmul"},
+                   {"generation", bench_generation, "the generation engine vs the old loop on long-tail lengths: tokens/s, steps, occupancy, syncs"},
                    {"products", bench_products, "generation's weight products per kernel (AMX tiles, oneDNN), weights from a pool"},
                    {"rollouts", bench_rollouts, "rollout tokens/s and rollout-store write/read time"},
                    {"zero-memory", bench_zero_memory, "parameters, gradients and AdamW state per rank at ZeRO stages 0/1/2"},

@@ -56,6 +56,11 @@ struct GenerationConfig {
   std::vector<std::string> stop_strings;
   std::vector<int64_t> eos_token_ids;       // empty = the tokenizer's / generation_config's
   bool fused_weights = true;                // decode on fused, packed copies (FusedGenerationWeights)
+  // the generation engine (sampler/generation_engine.h); 0 = "auto"
+  int64_t slots = 0;
+  int64_t prefill_chunk = 0;
+  int64_t sync_interval = 0;
+  std::string cuda_graphs = "auto";         // auto | on | off
 };
 
 // [reward.workers.NAME]: a reward worker of its own (a long-running process, docs/rewards.md).

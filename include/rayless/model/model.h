@@ -63,7 +63,14 @@ struct KVCache {
   // every row the cache ever held by its width, as rows stay in transformers' generate batch after
   // they finish (here select_rows may drop them).
   DynamicRopeState rope_state;
-  // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D].
+  // Slot mode (the generation engine, CausalLMImpl::forward_slots): keys and values are preallocated
+  // [slots, H_kv, max_len, D], each row holding one sequence from position 0. A one-token step of B rows
+  // writes row b's key and value at position write_positions[b] of slot b and attends to the first
+  // attend_length positions; `length` is unused. Undefined write_positions: append mode.
+  torch::Tensor write_positions;  // [B] int64 on the cache's device
+  int64_t attend_length = 0;
+  // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D] (in
+  // slot mode: writes T = 1 token per row, returns [B, H_kv, attend_length, D]).
   std::pair<torch::Tensor, torch::Tensor> append(size_t layer, const torch::Tensor& k, const torch::Tensor& v);
   // Keeps only rows `index` (e.g. repeating prompts for several generations).
   void select_rows(const torch::Tensor& index);
@@ -195,6 +202,12 @@ class CausalLMImpl : public torch::nn::Module {
   // runs once over all tokens. Returns [Np + Nc, H]: the prompt tokens' final-normed hidden states
   // (prompt_index's order), then the completions' (completion_index's). No cache, no checkpointing.
   torch::Tensor forward_hidden_sharing_prompts(const SharedPromptBatch& batch);
+  // One decode step of the generation engine on a cache in slot mode (KVCache::write_positions): token
+  // input_ids[b] [B] at position positions[b] [B] (int64, on the model's device) of slot b, attending to
+  // keys at positions <= its own (and within the window on sliding layers) among the cache's first
+  // attend_length. Returns the final-normed hidden states [B, H]. Fixed shapes for fixed B and
+  // attend_length, no host synchronisation (but dynamic RoPE's length, read from the positions).
+  torch::Tensor forward_slots(const torch::Tensor& input_ids, const torch::Tensor& positions, KVCache& cache);
   torch::Tensor logits(const torch::Tensor& hidden);  // hidden @ lm_head_weight^T, [.., V]
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
   torch::Tensor lm_head_weight() const;  // [V, H]; the embedding when tied

@@ -1,6 +1,8 @@
-// Batched, KV-cached generation from left-padded prompts: each prompt sampled num_generations times
-// in one pass (rows prompt0 x G, prompt1 x G, ...). Logit processing follows transformers' order:
-// repetition penalty, temperature, top_k, top_p, min_p; greedy when temperature == 0 or greedy.
+// KV-cached generation: each prompt sampled num_generations times (rows prompt0 x G, prompt1 x G, ...)
+// by the generation engine (generation_engine.h: fixed decode slots, continuous batching). Logit
+// processing follows transformers' order: repetition penalty, temperature, top_k, top_p, min_p; greedy
+// when temperature == 0 or greedy. Sampling draws from a counter-based stream (sampling_stream.h), so
+// a row's tokens depend on (stream key, global row) and its prompt, not on the batch it ran in.
 #pragma once
 #include <torch/types.h>
 
@@ -11,6 +13,7 @@
 
 #include "rayless/model/model.h"
 #include "rayless/hf/tokenizer.h"
+#include "rayless/sampler/sampling_stream.h"
 
 namespace rayless {
 
@@ -28,6 +31,29 @@ struct SamplingParams {
   int64_t pad_id = 0;
   bool return_logprobs = false;
   bool fused_weights = true;        // decode on FusedGenerationWeights (one copy of the layer weights)
+  // the engine (generation_engine.h)
+  int64_t slots = 0;                // decode slots; 0 = auto (every row at once, as far as memory goes)
+  int ranks_on_node = 1;            // ranks generating at once on this node, sharing its memory (auto slots on the CPU)
+  int64_t prefill_chunk = 0;        // prompt tokens (rows x longest prompt) per prefill pass; 0 = auto
+  int64_t sync_interval = 0;        // decode steps between the host's looks at finished rows; 0 = the device's default
+  // per output row, fewer tokens than max_new_tokens (a row reaching its limit ends truncated); empty =
+  // max_new_tokens for every row. The generation benchmark's long-tail workload; the trainer leaves it empty.
+  std::vector<int64_t> row_max_new_tokens;
+  // decode steps in the shapes CUDA graphs replay: the live slots rounded up to a power of two (idle
+  // slots compute into the dummy row) attending to the whole cache length. Same rows; for tests of that path.
+  bool fixed_shapes = false;
+  std::string cuda_graphs = "auto";  // auto | on | off: the decode step as CUDA graphs (decode_graphs.h), CUDA only
+};
+
+// What the engine did in one generation (for the benchmark and the logs).
+struct EngineStats {
+  int64_t slots = 0;             // slots the engine ran with
+  int64_t decode_steps = 0;      // decode steps (one forward of the live slots each)
+  int64_t slot_steps = 0;        // sum over steps of the slots computed
+  int64_t tokens = 0;            // completion tokens kept (the rows' lengths)
+  int64_t host_syncs = 0;        // times the host read the device's finished flags
+  int64_t prefills = 0;          // prefill passes
+  double occupancy() const { return slot_steps > 0 ? double(tokens) / double(slot_steps) : 0.0; }
 };
 
 struct GenerationOutput {
@@ -42,6 +68,7 @@ struct GenerationOutput {
                                   // distribution, before top-k/top-p/min-p, as TRL computes it; 0 after the end
   torch::Tensor nonfinite;        // [N] bool: the row's logits held a NaN or an infinity at some step;
                                   // the row ended there with the first EOS id (pad when none)
+  EngineStats stats;
 };
 
 
@@ -50,10 +77,10 @@ struct GenerationConfig;
 // else the tokenizer's; the tokenizer's pad id. num_generations and return_logprobs stay default.
 SamplingParams sampling_params_from_config(const GenerationConfig& config, const Tokenizer& tokenizer);
 
-// Runs under no_grad and eval semantics; draws from `generator` (CPU generator) only, so a seed
-// reproduces the output. tokenizer is needed only for stop strings.
+// Runs under no_grad and eval semantics; output row i draws its uniforms from stream's global row
+// stream.global_row(i), so a key reproduces the output. tokenizer is needed only for stop strings.
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const SamplingParams& params, torch::Generator& generator,
+                          const SamplingParams& params, const SamplingStream& stream,
                           const Tokenizer* tokenizer = nullptr);
 
 // The logit processing alone, on float scores [N, V] with the ids so far [N, L] (for tests and the trainer).

@@ -144,7 +144,7 @@ class Trainer {
   void reset_environments(std::vector<PromptRow>& rows, const std::vector<std::string>& where);
   // the multi-turn tool loop after each row's first turn; the batch's completion tensors from its rollouts
   void roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate, const std::vector<std::string>& where);
-  GenerateTurn sampler_turns(const SamplingParams& params, torch::Generator& generator);
+  GenerateTurn sampler_turns(const SamplingParams& params, const SamplingStream& stream);
   GenerateTurn replayed_turns(const std::vector<std::vector<std::vector<int64_t>>>& turns, std::vector<size_t>& next,
                               const std::string& where);
   StepMetrics tool_metrics(const Drawn& drawn) const;

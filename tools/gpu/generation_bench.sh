@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The GPU generation benchmark of issue 47, as one prepared run: the Qwen2.5-0.5B shape (random
+# weights) in bfloat16 at 1, 16, 64 and 256 rows x 256 tokens through rayless's generation engine
+# (rayless-bench generation: tokens/s, ms per decode step, occupancy, host syncs per token, and the
+# weight-streaming floor of a step), next to transformers' generate with a static cache on the same
+# device in the same run (tools/gpu/transformers_generate.py). Results: $OUT/generation.json (commit,
+# device, settings, both tools' figures, the floor) and $OUT/generation.md (the table), for docs/gpu/.
+# rayless runs with generation.cuda_graphs = auto (graphs in a CUDA build; the log's start-up line says).
+#
+#   run (carry .gpu-deps): tools/gpu/generation_bench.sh          # on the GPU machine, < 8 minutes
+#   tools/gpu/generation_bench.sh --dry-run [--no-build]          # here, on the CPU: tiny model,
+#                                                                 # float32, 1 and 4 rows x 8 tokens
+#                                                                 # (ctest "gpu-generation-bench-dry-run")
+set -uo pipefail
+root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root_dir"
+dry_run=0 build=1
+for arg in "$@"; do
+  case $arg in
+    --dry-run) dry_run=1 ;;
+    --no-build) build=0 ;;
+    *) echo "usage: tools/gpu/generation_bench.sh [--dry-run [--no-build]]" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-$root_dir/gpu-generation-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/generation_bench.log") 2>&1
+say() { printf 'generation-bench: %s\n' "$*"; }
+
+if [ $dry_run = 1 ]; then
+  build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json rows=1,4 tokens=8 sync=1 graphs=off
+  [ $build = 1 ] && { ./tools/setup.sh || exit 1; }
+else
+  build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json rows=1,16,64,256 tokens=256 sync=8 graphs=off,on
+  . tools/gpu/gpu_env.sh
+  use_carried_packages || exit 1
+  use_cuda_and_nccl || exit 1
+  [ $build = 1 ] && { build_for_gpu "$build_dir" rayless-bench || exit 1; }
+fi
+
+# equal lengths (--short = --tokens): every row generates all its tokens, as transformers does with
+# min_new_tokens; one run after a warm-up per setting
+say "rayless: $model_json, $device, $dtype, rows $rows x $tokens tokens"
+timeout 420 "$build_dir/rayless-bench" generation --model-json "$model_json" --device "$device" --dtype "$dtype" \
+  --rows "$rows" --tokens "$tokens" --short "$tokens" --engines new --sync-intervals "$sync" --cuda-graphs "$graphs" --repeats 1 \
+  --json "$OUT/generation_rayless.json"
+rayless_rc=$?
+say "rayless-bench exit $rayless_rc"
+
+# a Python with torch and transformers: TRANSFORMERS_PYTHON, else python3 (the GPU machine's has both),
+# else the tools venv (tools/setup_tools_venv.sh)
+python=${TRANSFORMERS_PYTHON:-}
+for candidate in python3 .venv-tools/bin/python; do
+  [ -z "$python" ] && "$candidate" -c 'import torch, transformers' 2>/dev/null && python=$candidate
+done
+if [ -n "$python" ]; then
+  timeout 300 "$python" tools/gpu/transformers_generate.py --model-json "$model_json" --device "$device" --dtype "$dtype" \
+    --rows "$rows" --tokens "$tokens" --json "$OUT/generation_transformers.json"
+  say "transformers exit $?"
+else
+  say "no Python with torch and transformers here (TRANSFORMERS_PYTHON, python3, .venv-tools): the transformers side is left out"
+fi
+
+# the commit: git's, or the one fetch_deps.sh recorded (the GPU machine's copy has no .git)
+commit=$(git rev-parse HEAD 2>/dev/null || cat .gpu-deps/source-commit 2>/dev/null || echo unknown)
+python3 - "$OUT" "$device" "$commit" <<'PY'
+import json, os, subprocess, sys
+out, device, commit = sys.argv[1:]
+def load(name):
+    path = os.path.join(out, name)
+    return json.load(open(path)) if os.path.exists(path) else None
+rayless, hf = load("generation_rayless.json"), load("generation_transformers.json")
+gpu = "cpu"
+if device == "cuda":
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+    except OSError:
+        gpu = "unknown"
+result = {"commit": commit, "device": gpu, "rayless": rayless, "transformers": hf}
+rows = []
+if rayless:
+    floor = rayless["floor_ms_per_decode_step"]
+    for run in rayless["runs"]:
+        theirs = next((r for r in (hf or {}).get("runs", []) if r["rows"] == run["rows"]), None)
+        rows.append({"rows": run["rows"], "cuda_graphs": run["cuda_graphs"], "rayless_tokens_per_s": run["tokens_per_s"],
+                     "rayless_ms_per_step": run["ms_per_decode_step"], "floor_ms_per_step": floor,
+                     "transformers_tokens_per_s": theirs["tokens_per_s"] if theirs else None,
+                     "transformers_ms_per_step": theirs["ms_per_decode_step"] if theirs else None})
+result["table"] = rows
+json.dump(result, open(os.path.join(out, "generation.json"), "w"), indent=2)
+with open(os.path.join(out, "generation.md"), "w") as md:
+    md.write(f"commit {commit}, device {gpu}\n\n")
+    md.write("| rows | rayless CUDA graphs | rayless tokens/s | rayless ms/step | transformers tokens/s | transformers ms/step | floor ms/step |\n")
+    md.write("|---|---|---|---|---|---|---|\n")
+    fmt = lambda v, f: "n/a" if v is None else format(v, f)
+    for r in rows:
+        md.write(f"| {r['rows']} | {r['cuda_graphs']} | {fmt(r['rayless_tokens_per_s'], '.0f')} | {fmt(r['rayless_ms_per_step'], '.2f')} | "
+                 f"{fmt(r['transformers_tokens_per_s'], '.0f')} | {fmt(r['transformers_ms_per_step'], '.2f')} | "
+                 f"{fmt(r['floor_ms_per_step'], '.3f')} |\n")
+print(open(os.path.join(out, "generation.md")).read())
+PY
+exit $rayless_rc
