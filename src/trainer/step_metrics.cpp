@@ -7,6 +7,7 @@
 #include <map>
 
 #include "rayless/comm/communicator.h"
+#include "rayless/trainer/step_read.h"
 #include "rayless/grpo/advantages.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/rollout/rollout_batch.h"
@@ -60,11 +61,8 @@ ReducedLossMetrics reduce_loss_metrics(Communicator& comm, const LossOutput& out
     r.maxima.push_back(name);
     extremes.push_back(value.masked_fill(torch::isnan(value), none));
   }
-  // MPI reduces host memory; NCCL (and one rank) the tensors where they are
-  const bool on_host = comm.backend_name() == "mpi";
   auto packed = [&](const std::vector<torch::Tensor>& values) {
-    const torch::Tensor t = values.empty() ? torch::zeros({0}, torch::kFloat64) : torch::stack(values);
-    return on_host ? t.cpu() : t;
+    return values.empty() ? torch::zeros({0}, torch::kFloat64) : comm.in_collective_memory(torch::stack(values));
   };
   r.sums = packed(parts);
   r.extremes = packed(extremes);
@@ -73,14 +71,17 @@ ReducedLossMetrics reduce_loss_metrics(Communicator& comm, const LossOutput& out
   return r;
 }
 
-std::vector<StepMetrics> read_loss_metrics(const std::vector<ReducedLossMetrics>& micro_steps) {
-  std::vector<torch::Tensor> pieces;
-  for (const ReducedLossMetrics& r : micro_steps)
-    for (const torch::Tensor& t : {r.sums, r.extremes})
-      if (t.numel() > 0) pieces.push_back(t);  // an empty one may sit on the host
-  // joined where they are (every micro-step's on one device), then one copy to the host
-  const torch::Tensor all = pieces.empty() ? torch::zeros({0}, torch::kFloat64) : torch::cat(pieces).cpu().contiguous();
-  const double* v = all.data_ptr<double>();
+int64_t add_loss_metrics(StepRead& read, const std::vector<ReducedLossMetrics>& micro_steps) {
+  int64_t at = -1;
+  for (const ReducedLossMetrics& r : micro_steps) {
+    const int64_t sums_at = read.add(r.sums);
+    read.add(r.extremes);
+    if (at < 0) at = sums_at;
+  }
+  return at;
+}
+
+std::vector<StepMetrics> loss_metrics_from(const std::vector<ReducedLossMetrics>& micro_steps, const double* v) {
   std::vector<StepMetrics> out;
   for (const ReducedLossMetrics& r : micro_steps) {
     StepMetrics m;

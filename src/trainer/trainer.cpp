@@ -34,6 +34,7 @@
 #include "rayless/trainer/resource_bounds.h"
 #include "rayless/trainer/run_directory.h"
 #include "rayless/trainer/step_metrics.h"
+#include "rayless/trainer/step_read.h"
 #include "rayless/trainer/tensorboard.h"
 #include "trainer/trainer_internal.h"
 
@@ -320,9 +321,10 @@ int Trainer::run() {
 Trainer::MicroStep Trainer::train_micro_batch(const Generation& generation, int64_t micro_index) {
   const RolloutBatch& batch = generation.rows;
   const int64_t B = cfg_.train.per_device_train_batch_size;
-  const torch::Tensor rows = generation.order.slice(0, micro_index * B, (micro_index + 1) * B);
+  const torch::Tensor rows = generation.order.slice(0, micro_index * B, (micro_index + 1) * B).contiguous();
+  const int64_t* row_index = rows.data_ptr<int64_t>();  // a host tensor: the order is drawn on the CPU
   std::vector<std::vector<int64_t>> prompts;
-  for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(rows[i].item<int64_t>())]);
+  for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(row_index[i])]);
   const torch::Tensor completion_ids = batch.completion_ids.index_select(0, rows);
   const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
   // LoRA dropout draws from the default generator: seed it from (seed, rank, micro-step) so a resumed
@@ -368,7 +370,7 @@ Trainer::MicroStep Trainer::train_micro_batch(const Generation& generation, int6
   guard_.check(NonfiniteGuard::kLogprobs, in.per_token_logps.detach().masked_fill(completion_mask == 0, 0.0));
   std::vector<int64_t> dataset_rows;
   for (int64_t i = 0; i < rows.size(0); ++i)
-    dataset_rows.push_back(batch.group_index.empty() ? -1 : batch.group_index[static_cast<size_t>(rows[i].item<int64_t>())]);
+    dataset_rows.push_back(batch.group_index.empty() ? -1 : batch.group_index[static_cast<size_t>(row_index[i])]);
   const torch::Tensor generation_bad = generation.nonfinite_rows.defined() ? generation.nonfinite_rows.index_select(0, rows)
                                                                            : torch::zeros({rows.size(0)}, torch::kBool);
   guard_.note_rows(bad_logps | generation_bad.to(bad_logps.device()), dataset_rows,
@@ -393,12 +395,30 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
 // Gradients averaged over ranks, the optimizer step, and the step's metrics (rank 0 logs them).
 StepMetrics Trainer::finish_optimizer_step(std::vector<MicroStep>& micro, std::vector<StepMetrics>& generations) {
   double gradient_sync_seconds = optimizer_->take_gradient_sync_seconds();  // ZeRO-2's, after each backward
-  // the guard's verdict, the same on every rank, before anything is updated
-  std::vector<std::string> nonfinite = guard_.agree(*comm_);
   const auto start = Clock::now();
-  // gradients averaged across ranks, clip, AdamW at the schedule's count of applied steps; nothing
-  // applied for a non-finite step (nor for a non-finite grad norm, which every rank sees alike)
-  const double grad_norm = optimizer_->step(optimizer_step_ - nonfinite_steps_, nonfinite.empty());
+  // gradients averaged across ranks and their squared norm, where they are
+  const torch::Tensor grad_squares = optimizer_->reduce_gradients();
+  // the loss summed over the step's micro-steps in float32, its float32 mean over ranks (transformers')
+  const torch::Tensor step_loss = (step_loss_.defined() ? step_loss_ : torch::zeros({}, torch::kFloat32)).reshape({1});
+  const torch::Tensor loss_mean = comm_->allgather(comm_->in_collective_memory(step_loss)).mean();
+  step_loss_ = torch::Tensor();
+  // the step's one read to the host: the guard's flags (agreed over ranks), the norm, the loss and
+  // every micro-step's loss metrics
+  std::vector<ReducedLossMetrics> reduced;
+  for (const MicroStep& one : micro) reduced.push_back(one.loss);
+  StepRead read;
+  const int64_t flags_at = read.add(guard_.reduce_flags(*comm_));
+  const int64_t norm_at = read.add(grad_squares);
+  const int64_t loss_at = read.add(loss_mean);
+  const int64_t metrics_at = add_loss_metrics(read, reduced);
+  const std::vector<double> values = read.values();
+
+  // the guard's verdict, the same on every rank, before anything is updated; then clip and AdamW at
+  // the schedule's count of applied steps; nothing applied for a non-finite step (nor for a
+  // non-finite grad norm, which every rank sees alike)
+  std::vector<std::string> nonfinite = NonfiniteGuard::raised(values.data() + flags_at);
+  const double grad_norm = std::sqrt(values[static_cast<size_t>(norm_at)]);
+  optimizer_->apply_gradients(optimizer_step_ - nonfinite_steps_, grad_norm, nonfinite.empty());
   if (!std::isfinite(grad_norm)) nonfinite.push_back("grad_norm");
   const double step_seconds = seconds_since(start);
   const double sync_in_step = optimizer_->take_gradient_sync_seconds();
@@ -407,27 +427,16 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<MicroStep>& micro, std::v
   train_seconds_ += step_seconds;
   ++optimizer_step_;
 
-  // the loss summed over the step's micro-steps in float32, its float32 mean over ranks (transformers'),
-  // read with the micro-steps' metrics: one copy to the host for all of them
-  const bool comm_on_host = comm_->backend_name() == "mpi";
-  const torch::Tensor step_loss = (step_loss_.defined() ? step_loss_ : torch::zeros({}, torch::kFloat32)).reshape({1});
-  const torch::Tensor loss_mean = comm_->allgather(comm_on_host ? step_loss.cpu() : step_loss).mean().to(torch::kFloat64);
-  std::vector<ReducedLossMetrics> reduced;
-  for (const MicroStep& one : micro) reduced.push_back(one.loss);
-  reduced.push_back({{{"loss", false}}, {}, {}, torch::stack({loss_mean, torch::ones_like(loss_mean)}),
-                     torch::zeros({0}, loss_mean.options())});
-  std::vector<StepMetrics> read = read_loss_metrics(reduced);
-  const double loss_value = read.back().at("loss");
-  read.pop_back();
+  std::vector<StepMetrics> per_micro =
+      metrics_at < 0 ? std::vector<StepMetrics>(micro.size()) : loss_metrics_from(reduced, values.data() + metrics_at);
   for (size_t i = 0; i < micro.size(); ++i)
-    for (const auto& [k, v] : micro[i].host) read[i][k] = v;
-  StepMetrics m = mean_over(read);
+    for (const auto& [k, v] : micro[i].host) per_micro[i][k] = v;
+  StepMetrics m = mean_over(per_micro);
   for (const auto& [k, v] : mean_over(generations)) m[k] = v;
   if (!generations.empty()) m["num_tokens"] = static_cast<double>(num_tokens_);  // a running total, as TRL
   micro.clear();
   generations.clear();
-  m["loss"] = loss_value;
-  step_loss_ = torch::Tensor();
+  m["loss"] = values[static_cast<size_t>(loss_at)];
   m["grad_norm"] = grad_norm;
   m["learning_rate"] = optimizer_->learning_rate();
   m["old_logprob_passes"] = static_cast<double>(old_logprob_passes_);  // μ = 1 skips this pass

@@ -15,6 +15,7 @@ class Communicator;
 struct AdvantageOutput;
 struct LossOutput;
 struct RolloutBatch;
+class StepRead;
 
 // completions/*, rewards/NAME/mean|std, reward, reward_std, frac_reward_zero_std over all ranks
 // (collective). all_rewards_per_func is the gathered [N, K] table. Adds the generation's prompt and
@@ -36,9 +37,12 @@ struct ReducedLossMetrics {
 // travel negated so one max-allreduce serves both), with no read to the host. Collective.
 ReducedLossMetrics reduce_loss_metrics(Communicator& comm, const LossOutput& loss);
 
-// A step's micro-steps' values in one read to the host (the step's one host sync for its loss
-// metrics): per micro-step, the global means and extremes (NaN where no rank had a value).
-std::vector<StepMetrics> read_loss_metrics(const std::vector<ReducedLossMetrics>& micro_steps);
+// A step's micro-steps' reduced values added to the step's one read to the host (step_read.h), in
+// order; returns where they start (-1: no micro-step).
+int64_t add_loss_metrics(StepRead& read, const std::vector<ReducedLossMetrics>& micro_steps);
+// From those values read (`values` at add_loss_metrics's offset): per micro-step, the global means
+// and extremes (NaN where no rank had a value).
+std::vector<StepMetrics> loss_metrics_from(const std::vector<ReducedLossMetrics>& micro_steps, const double* values);
 
 // The mean of each metric over a step's micro-steps (or generations), NaN left out, as TRL averages
 // what it collected between logs.
