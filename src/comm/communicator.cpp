@@ -50,6 +50,10 @@ std::unique_ptr<Communicator> make_communicator(Runtime& runtime, const std::str
   return chosen->make(runtime, device);
 }
 
+torch::Tensor Communicator::in_collective_memory(const torch::Tensor& tensor) const {
+  return backend_name() == "mpi" ? tensor.cpu() : tensor;
+}
+
 std::vector<torch::Tensor> Communicator::allgather_variable(const torch::Tensor& tensor) {
   runtimeCheck(tensor.dim() >= 1, "allgather_variable: needs a tensor with at least one dimension");
   int64_t row_numel = 1;

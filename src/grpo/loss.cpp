@@ -28,11 +28,14 @@ void add_loss_metrics(LossOutput& out, const LossInputs& in, const LossSettings&
                       const torch::Tensor& coef_1, const torch::Tensor& advantages, const torch::Tensor& per_token_kl) {
   torch::NoGradGuard no_grad;
   const auto mask32 = in.completion_mask.to(torch::kFloat32);
+  // sums in the metric's dtype, widened exactly to float64, left on the device
   auto mean_part = [&](const torch::Tensor& x) {
     const bool single = x.scalar_type() == torch::kFloat32;
-    if (x.size(1) == 1) return MeanPart{x.sum().item<double>(), static_cast<double>(x.size(0)), single};
+    if (x.size(1) == 1)
+      return MeanPart{x.sum().to(torch::kFloat64),
+                      torch::full({}, static_cast<double>(x.size(0)), x.options().dtype(torch::kFloat64)), single};
     const auto& m = single ? mask32 : mask;
-    return MeanPart{(x * m).sum().item<double>(), m.sum().item<double>(), single};
+    return MeanPart{(x * m).sum().to(torch::kFloat64), m.sum().to(torch::kFloat64), single};
   };
   // per completion: the already-per-sequence value, or the masked mean (NaN for an empty row)
   auto per_sequence = [&](const torch::Tensor& x) {
@@ -40,10 +43,15 @@ void add_loss_metrics(LossOutput& out, const LossInputs& in, const LossSettings&
     const auto& m = x.scalar_type() == torch::kFloat32 ? mask32 : mask;
     return (x * m).sum(-1) / m.sum(-1);
   };
+  // min / max of the non-NaN values, NaN when there is none; on the device (the values are fractions,
+  // so an infinity marks "none")
   auto nan_extreme = [](const torch::Tensor& values, bool want_min) {
-    auto kept = values.masked_select(~torch::isnan(values));
-    if (kept.numel() == 0) return std::numeric_limits<double>::quiet_NaN();
-    return (want_min ? kept.min() : kept.max()).item<double>();
+    const auto options = values.options().dtype(torch::kFloat64);
+    if (values.numel() == 0) return torch::full({}, std::numeric_limits<double>::quiet_NaN(), options);
+    const double none = want_min ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+    const auto filled = values.to(torch::kFloat64).masked_fill(torch::isnan(values), none);
+    const auto extreme = want_min ? filled.min() : filled.max();
+    return extreme.masked_fill(extreme == none, std::numeric_limits<double>::quiet_NaN());
   };
   if (s.beta != 0.0) out.means["kl"] = mean_part(per_token_kl.detach());
   if (in.entropies.defined()) out.means["entropy"] = mean_part(in.entropies.detach().to(mask.scalar_type()));
@@ -90,11 +98,17 @@ LossSettings loss_settings_from_config(const Config& config, int64_t num_process
   return s;
 }
 
+double mean_value(double sum, double count, bool single_precision) {
+  const double mean = sum / (count < 1 ? 1 : count);
+  return single_precision ? static_cast<double>(static_cast<float>(mean)) : mean;
+}
+
 std::map<std::string, double> LossOutput::metrics() const {
   std::map<std::string, double> out;
-  for (const auto& [name, part] : means) out[name] = part.value();
-  for (const auto& [name, value] : minima) out[name] = value;
-  for (const auto& [name, value] : maxima) out[name] = value;
+  for (const auto& [name, part] : means)
+    out[name] = mean_value(part.sum.item<double>(), part.count.item<double>(), part.single_precision);
+  for (const auto& [name, value] : minima) out[name] = value.item<double>();
+  for (const auto& [name, value] : maxima) out[name] = value.item<double>();
   return out;
 }
 
@@ -194,7 +208,9 @@ LossOutput compute_loss(const LossInputs& in, const LossSettings& s) {
   out.loss = loss;
   add_loss_metrics(out, in, s, mask, coef_1, advantages, per_token_kl);
   if (keep.defined())
-    out.means["sampling/off_policy_masked_fraction"] = MeanPart{(1 - keep).sum().item<double>(), static_cast<double>(batch)};
+    out.means["sampling/off_policy_masked_fraction"] =
+        MeanPart{(1 - keep).sum().to(torch::kFloat64),
+                 torch::full({}, static_cast<double>(batch), keep.options().dtype(torch::kFloat64))};
   return out;
 }
 

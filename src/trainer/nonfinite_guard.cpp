@@ -33,17 +33,22 @@ void NonfiniteGuard::raise(Source source, bool raised) {
 
 void NonfiniteGuard::note_rows(const torch::Tensor& bad, const std::vector<int64_t>& dataset_rows,
                                const torch::Tensor& rewards) {
+  // the rewards are scored on the host: a host tensor already
   rows_.push_back({bad.detach(), dataset_rows, rewards.defined() ? rewards.detach().to(torch::kCPU, torch::kFloat64) : rewards});
 }
 
-std::vector<std::string> NonfiniteGuard::agree(Communicator& comm) {
-  torch::Tensor flags = flags_.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);  // the step's one host read
+torch::Tensor NonfiniteGuard::reduce_flags(Communicator& comm) {
+  torch::Tensor flags = comm.in_collective_memory(flags_.clone());
   comm.allreduce(flags, ReduceOp::Max);
   flags_.zero_();
-  std::vector<std::string> raised;
+  return flags;
+}
+
+std::vector<std::string> NonfiniteGuard::raised(const double* flags) {
+  std::vector<std::string> out;
   for (int s = 0; s < kSources; ++s)
-    if (flags[s].item<float>() > 0) raised.push_back(name(static_cast<Source>(s)));
-  return raised;
+    if (flags[s] > 0) out.push_back(name(static_cast<Source>(s)));
+  return out;
 }
 
 torch::Tensor NonfiniteGuard::gather_rows(Communicator& comm, int64_t reward_columns, int64_t limit) {

@@ -26,11 +26,17 @@ double Optimizer::scheduled_learning_rate(int64_t step) {
   return learning_rate_;
 }
 
+double Optimizer::step(int64_t step, bool apply) {
+  const double grad_norm = std::sqrt(reduce_gradients().item<double>());
+  apply_gradients(step, grad_norm, apply);
+  return grad_norm;
+}
+
 double clip_coefficient(const torch::TensorOptions& gradients, double norm, double max_norm) {
   if (max_norm <= 0) return 1.0;
   torch::NoGradGuard no_grad;
-  const torch::Tensor total = torch::full({}, norm, gradients);
-  return torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0).item<double>();
+  const torch::Tensor total = torch::full({}, norm, torch::TensorOptions().dtype(gradients.dtype()));
+  return torch::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0).item<double>();  // a host tensor
 }
 
 void clip_by_norm(const std::vector<torch::Tensor>& gradients, double norm, double max_norm) {
@@ -68,30 +74,34 @@ class ReplicatedOptimizer final : public Optimizer {
       : Optimizer(config, max_steps), parameters_(std::move(parameters)), data_parallel_(data_parallel),
         adamw_(make_grouped_adamw(parameters_, config)) {}
 
-  double step(int64_t step, bool apply) override {
+  torch::Tensor reduce_gradients() override {
     const auto start = std::chrono::steady_clock::now();
     data_parallel_.allreduce_gradients();
     gradient_sync_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::vector<torch::Tensor> gradients;
-    double squares = 0;
+    // float64 sums added in parameter order, on the gradients' device
+    torch::Tensor squares;
     for (const auto& p : parameters_)
       if (p.grad().defined()) {
-        gradients.push_back(p.grad());
-        squares += ops::sum_of_squares(p.grad());
+        const torch::Tensor s = ops::sum_of_squares(p.grad());
+        squares = squares.defined() ? squares + s : s;
       }
-    const double grad_norm = std::sqrt(squares);
+    return squares.defined() ? squares : torch::zeros({}, torch::kFloat64);
+  }
+
+  void apply_gradients(int64_t step, double grad_norm, bool apply) override {
     if (!apply || !std::isfinite(grad_norm)) {  // the non-finite guard: nothing updated, the gradients dropped
       adamw_->zero_grad(true);
-      return grad_norm;
+      return;
     }
+    const torch::Tensor* first = nullptr;
+    for (const auto& p : parameters_)
+      if (!first && p.grad().defined()) first = &p.grad();
     // the clip is applied inside AdamW's pass (bit for bit clip_by_norm's product): one pass fewer
-    const double grad_scale =
-        gradients.empty() ? 1.0 : clip_coefficient(gradients[0].options(), grad_norm, config_.max_grad_norm);
+    const double grad_scale = first ? clip_coefficient(first->options(), grad_norm, config_.max_grad_norm) : 1.0;
     const double lr = scheduled_learning_rate(step);
     for (auto& group : adamw_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     single_pass_step(grad_scale);
     adamw_->zero_grad(true);
-    return grad_norm;
   }
 
   void write_state(const std::filesystem::path& path) override { save_torch_file(*adamw_, path); }

@@ -3,9 +3,11 @@
 #include <torch/types.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "rayless/comm/communicator.h"
+#include "rayless/trainer/step_read.h"
 #include "rayless/grpo/advantages.h"
 #include "rayless/grpo/loss.h"
 #include "rayless/rollout/rollout_batch.h"
@@ -43,28 +45,57 @@ StepMetrics generation_metrics(Communicator& comm, const RolloutBatch& batch, co
   return m;
 }
 
-StepMetrics loss_metrics(Communicator& comm, const LossOutput& out, bool* sums_finite) {
-  std::vector<double> parts, extremes;
-  for (const auto& [name, part] : out.means) parts.insert(parts.end(), {part.sum, part.count});
-  for (const auto& [name, value] : out.minima) extremes.push_back(std::isnan(value) ? -INFINITY : -value);
-  for (const auto& [name, value] : out.maxima) extremes.push_back(std::isnan(value) ? -INFINITY : value);
-  torch::Tensor summed = torch::tensor(parts, torch::kFloat64);
-  torch::Tensor maxed = torch::tensor(extremes, torch::kFloat64);
-  if (summed.numel() > 0) comm.allreduce(summed, ReduceOp::Sum);
-  if (sums_finite) *sums_finite = summed.numel() == 0 || torch::isfinite(summed).all().item<bool>();
-  if (maxed.numel() > 0) comm.allreduce(maxed, ReduceOp::Max);
-  StepMetrics m;
-  int64_t i = 0;
+ReducedLossMetrics reduce_loss_metrics(Communicator& comm, const LossOutput& out) {
+  ReducedLossMetrics r;
+  std::vector<torch::Tensor> parts, extremes;
   for (const auto& [name, part] : out.means) {
-    m[name] = MeanPart{summed[2 * i].item<double>(), summed[2 * i + 1].item<double>(), part.single_precision}.value();
-    ++i;
+    r.means.emplace_back(name, part.single_precision);
+    parts.insert(parts.end(), {part.sum, part.count});
   }
-  i = 0;
-  for (const auto& [name, value] : out.minima) m[name] = -maxed[i++].item<double>();
-  for (const auto& [name, value] : out.maxima) m[name] = maxed[i++].item<double>();
-  for (auto& [name, value] : m)
-    if (std::isinf(value)) value = NAN;  // no rank had a value
-  return m;
+  const double none = -std::numeric_limits<double>::infinity();
+  for (const auto& [name, value] : out.minima) {
+    r.minima.push_back(name);
+    extremes.push_back((-value).masked_fill(torch::isnan(value), none));
+  }
+  for (const auto& [name, value] : out.maxima) {
+    r.maxima.push_back(name);
+    extremes.push_back(value.masked_fill(torch::isnan(value), none));
+  }
+  auto packed = [&](const std::vector<torch::Tensor>& values) {
+    return values.empty() ? torch::zeros({0}, torch::kFloat64) : comm.in_collective_memory(torch::stack(values));
+  };
+  r.sums = packed(parts);
+  r.extremes = packed(extremes);
+  if (r.sums.numel() > 0) comm.allreduce(r.sums, ReduceOp::Sum);
+  if (r.extremes.numel() > 0) comm.allreduce(r.extremes, ReduceOp::Max);
+  return r;
+}
+
+int64_t add_loss_metrics(StepRead& read, const std::vector<ReducedLossMetrics>& micro_steps) {
+  int64_t at = -1;
+  for (const ReducedLossMetrics& r : micro_steps) {
+    const int64_t sums_at = read.add(r.sums);
+    read.add(r.extremes);
+    if (at < 0) at = sums_at;
+  }
+  return at;
+}
+
+std::vector<StepMetrics> loss_metrics_from(const std::vector<ReducedLossMetrics>& micro_steps, const double* v) {
+  std::vector<StepMetrics> out;
+  for (const ReducedLossMetrics& r : micro_steps) {
+    StepMetrics m;
+    for (const auto& [name, single] : r.means) {
+      m[name] = mean_value(v[0], v[1], single);
+      v += 2;
+    }
+    for (const std::string& name : r.minima) m[name] = -*v++;
+    for (const std::string& name : r.maxima) m[name] = *v++;
+    for (auto& [name, value] : m)
+      if (std::isinf(value)) value = NAN;  // no rank had a value
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 StepMetrics mean_over(const std::vector<StepMetrics>& metrics) {

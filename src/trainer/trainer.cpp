@@ -34,6 +34,7 @@
 #include "rayless/trainer/resource_bounds.h"
 #include "rayless/trainer/run_directory.h"
 #include "rayless/trainer/step_metrics.h"
+#include "rayless/trainer/step_read.h"
 #include "rayless/trainer/tensorboard.h"
 #include "trainer/trainer_internal.h"
 
@@ -246,7 +247,8 @@ int Trainer::run() {
   first_step_ = optimizer_step_;
   Generation generation;
   bool have_generation = false;
-  std::vector<StepMetrics> micro_metrics, generation_metrics;
+  std::vector<MicroStep> micro_metrics;
+  std::vector<StepMetrics> generation_metrics;
   while (micro_step_ < total_micro_steps) {
     set_watchdog_step(optimizer_step_);
     const int64_t generation_step = this->generation_step();
@@ -316,12 +318,13 @@ int Trainer::run() {
 
 // ---------------------------------------------------------------------------------------------------
 // One micro-batch: forward with grad, entropy mask (global threshold), loss, backward.
-StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t micro_index) {
+Trainer::MicroStep Trainer::train_micro_batch(const Generation& generation, int64_t micro_index) {
   const RolloutBatch& batch = generation.rows;
   const int64_t B = cfg_.train.per_device_train_batch_size;
-  const torch::Tensor rows = generation.order.slice(0, micro_index * B, (micro_index + 1) * B);
+  const torch::Tensor rows = generation.order.slice(0, micro_index * B, (micro_index + 1) * B).contiguous();
+  const int64_t* row_index = rows.data_ptr<int64_t>();  // a host tensor: the order is drawn on the CPU
   std::vector<std::vector<int64_t>> prompts;
-  for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(rows[i].item<int64_t>())]);
+  for (int64_t i = 0; i < rows.size(0); ++i) prompts.push_back(batch.prompt_ids[static_cast<size_t>(row_index[i])]);
   const torch::Tensor completion_ids = batch.completion_ids.index_select(0, rows);
   const torch::Tensor completion_mask = batch.completion_mask.index_select(0, rows).to(device_);
   // LoRA dropout draws from the default generator: seed it from (seed, rank, micro-step) so a resumed
@@ -353,25 +356,26 @@ StepMetrics Trainer::train_micro_batch(const Generation& generation, int64_t mic
   optimizer_->after_backward();  // ZeRO-2: this rank keeps only its shard of the averaged gradient
   // TRL's logged loss is transformers' running total: a float32 tensor that each micro-step's loss
   // is added to, averaged over ranks when the step is logged
-  step_loss_float32_ = static_cast<float>(static_cast<double>(step_loss_float32_) + loss.detach().item<double>());
-  bool metric_sums_finite = true;
-  StepMetrics m = loss_metrics(*comm_, out, &metric_sums_finite);
+  // (added in float64 and rounded once, as a float32 total plus a double loss is)
+  const torch::Tensor total = step_loss_.defined() ? step_loss_.to(torch::kFloat64) : torch::zeros({}, torch::kFloat64);
+  step_loss_ = (total.to(loss.device()) + loss.detach().to(torch::kFloat64)).to(torch::kFloat32);
+  MicroStep micro{reduce_loss_metrics(*comm_, out), threshold};
   // the guard: this micro-step's parts, checked where they are (no host sync), agreed at the step
   guard_.raise(NonfiniteGuard::kLogits, generation.logits_nonfinite);
   guard_.raise(NonfiniteGuard::kRewards, generation.rewards_nonfinite);
   guard_.check(NonfiniteGuard::kLoss, loss);
-  guard_.raise(NonfiniteGuard::kLossMetrics, !metric_sums_finite);
+  // a NaN count-0 mean is "no value"; a NaN or infinite sum is not
+  guard_.check(NonfiniteGuard::kLossMetrics, micro.loss.sums);
   const torch::Tensor bad_logps = (torch::isfinite(in.per_token_logps.detach()).logical_not() & (completion_mask != 0)).any(1);
   guard_.check(NonfiniteGuard::kLogprobs, in.per_token_logps.detach().masked_fill(completion_mask == 0, 0.0));
   std::vector<int64_t> dataset_rows;
   for (int64_t i = 0; i < rows.size(0); ++i)
-    dataset_rows.push_back(batch.group_index.empty() ? -1 : batch.group_index[static_cast<size_t>(rows[i].item<int64_t>())]);
+    dataset_rows.push_back(batch.group_index.empty() ? -1 : batch.group_index[static_cast<size_t>(row_index[i])]);
   const torch::Tensor generation_bad = generation.nonfinite_rows.defined() ? generation.nonfinite_rows.index_select(0, rows)
                                                                            : torch::zeros({rows.size(0)}, torch::kBool);
   guard_.note_rows(bad_logps | generation_bad.to(bad_logps.device()), dataset_rows,
                    generation.rewards_per_func.defined() ? generation.rewards_per_func.index_select(0, rows) : torch::Tensor());
-  for (const auto& [k, v] : threshold) m[k] = v;
-  return m;
+  return micro;
 }
 
 // The high-entropy mask: the threshold is a quantile over the active tokens of all ranks, taken in
@@ -389,14 +393,32 @@ torch::Tensor Trainer::entropy_mask_of(const torch::Tensor& entropies, const tor
 }
 
 // Gradients averaged over ranks, the optimizer step, and the step's metrics (rank 0 logs them).
-StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std::vector<StepMetrics>& generations) {
+StepMetrics Trainer::finish_optimizer_step(std::vector<MicroStep>& micro, std::vector<StepMetrics>& generations) {
   double gradient_sync_seconds = optimizer_->take_gradient_sync_seconds();  // ZeRO-2's, after each backward
-  // the guard's verdict, the same on every rank, before anything is updated
-  std::vector<std::string> nonfinite = guard_.agree(*comm_);
   const auto start = Clock::now();
-  // gradients averaged across ranks, clip, AdamW at the schedule's count of applied steps; nothing
-  // applied for a non-finite step (nor for a non-finite grad norm, which every rank sees alike)
-  const double grad_norm = optimizer_->step(optimizer_step_ - nonfinite_steps_, nonfinite.empty());
+  // gradients averaged across ranks and their squared norm, where they are
+  const torch::Tensor grad_squares = optimizer_->reduce_gradients();
+  // the loss summed over the step's micro-steps in float32, its float32 mean over ranks (transformers')
+  const torch::Tensor step_loss = (step_loss_.defined() ? step_loss_ : torch::zeros({}, torch::kFloat32)).reshape({1});
+  const torch::Tensor loss_mean = comm_->allgather(comm_->in_collective_memory(step_loss)).mean();
+  step_loss_ = torch::Tensor();
+  // the step's one read to the host: the guard's flags (agreed over ranks), the norm, the loss and
+  // every micro-step's loss metrics
+  std::vector<ReducedLossMetrics> reduced;
+  for (const MicroStep& one : micro) reduced.push_back(one.loss);
+  StepRead read;
+  const int64_t flags_at = read.add(guard_.reduce_flags(*comm_));
+  const int64_t norm_at = read.add(grad_squares);
+  const int64_t loss_at = read.add(loss_mean);
+  const int64_t metrics_at = add_loss_metrics(read, reduced);
+  const std::vector<double> values = read.values();
+
+  // the guard's verdict, the same on every rank, before anything is updated; then clip and AdamW at
+  // the schedule's count of applied steps; nothing applied for a non-finite step (nor for a
+  // non-finite grad norm, which every rank sees alike)
+  std::vector<std::string> nonfinite = NonfiniteGuard::raised(values.data() + flags_at);
+  const double grad_norm = std::sqrt(values[static_cast<size_t>(norm_at)]);
+  optimizer_->apply_gradients(optimizer_step_ - nonfinite_steps_, grad_norm, nonfinite.empty());
   if (!std::isfinite(grad_norm)) nonfinite.push_back("grad_norm");
   const double step_seconds = seconds_since(start);
   const double sync_in_step = optimizer_->take_gradient_sync_seconds();
@@ -405,14 +427,16 @@ StepMetrics Trainer::finish_optimizer_step(std::vector<StepMetrics>& micro, std:
   train_seconds_ += step_seconds;
   ++optimizer_step_;
 
-  StepMetrics m = mean_over(micro);
+  std::vector<StepMetrics> per_micro =
+      metrics_at < 0 ? std::vector<StepMetrics>(micro.size()) : loss_metrics_from(reduced, values.data() + metrics_at);
+  for (size_t i = 0; i < micro.size(); ++i)
+    for (const auto& [k, v] : micro[i].host) per_micro[i][k] = v;
+  StepMetrics m = mean_over(per_micro);
   for (const auto& [k, v] : mean_over(generations)) m[k] = v;
   if (!generations.empty()) m["num_tokens"] = static_cast<double>(num_tokens_);  // a running total, as TRL
   micro.clear();
   generations.clear();
-  // the loss summed over the step's micro-steps in float32, its float32 mean over ranks (transformers')
-  m["loss"] = comm_->allgather(torch::tensor({step_loss_float32_}, torch::kFloat32)).mean().item<double>();
-  step_loss_float32_ = 0.0f;
+  m["loss"] = values[static_cast<size_t>(loss_at)];
   m["grad_norm"] = grad_norm;
   m["learning_rate"] = optimizer_->learning_rate();
   m["old_logprob_passes"] = static_cast<double>(old_logprob_passes_);  // μ = 1 skips this pass

@@ -111,7 +111,7 @@ void Trainer::save(bool at_optimizer_boundary) {
       rank_state.in_flight.push_back({r.step, r.policy_version, hex64(fnv1a64(bytes.data(), bytes.size()))});
     }
   } else {
-    rank_state = RankState{rank, !at_optimizer_boundary, step_loss_float32_, "", optimizer_->zero_stage(), false, {}};
+    rank_state = RankState{rank, !at_optimizer_boundary, step_loss_.defined() ? step_loss_.item<float>() : 0.0f, "", optimizer_->zero_stage(), false, {}};
     // mid-cycle, the resumed run reads this rank's stored generation back: record what it must find
     if (position_in_cycle() != 0) rank_state.generation_file_hash = generation_file_hash(state.generation_step);
     optimizer_->collect_state();  // collective over the training ranks: ZeRO gathers the AdamW moments to rank 0
@@ -258,7 +258,7 @@ void Trainer::restore(const fs::path& checkpoint) {
     std::vector<torch::Tensor> grads;
     torch::load(grads, (checkpoint / str("grads-rank-", runtime_.rank(), ".pt")).string());
     optimizer_->set_accumulated_gradients(grads);
-    step_loss_float32_ = rank_state.step_loss_float32;
+    step_loss_ = torch::full({}, rank_state.step_loss_float32, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
   }
   log_info(str("resumed from ", checkpoint.string(), " at step ", optimizer_step_, " (micro-step ", micro_step_, ")"));
 }

@@ -138,26 +138,33 @@ void ZeroOptimizer::after_backward() {
   if (stage_ == 2) reduce_scatter_gradients();
 }
 
-double ZeroOptimizer::clip_gradients() {
-  double local = 0;
-  for (const auto& g : gradient_slices_) local += ops::sum_of_squares(g);
-  const double norm = std::sqrt(global_sum(comm_, local));
-  clip_by_norm(gradient_slices_, norm, config_.max_grad_norm);
-  return norm;
+torch::Tensor ZeroOptimizer::sum_of_squares() {
+  // this rank's float64 sums added in bucket order, then over ranks, where the collectives take them
+  torch::Tensor local = torch::zeros({}, slice_options().dtype(torch::kFloat64));
+  for (const auto& g : gradient_slices_) local = local + ops::sum_of_squares(g);
+  torch::Tensor global = comm_.in_collective_memory(local.reshape({1}));
+  comm_.allreduce(global, ReduceOp::Sum);
+  return global.reshape({});
 }
 
-double ZeroOptimizer::step(int64_t step, bool apply) {
+torch::Tensor ZeroOptimizer::reduce_gradients() {
   torch::NoGradGuard no_grad;
   if (stage_ == 1) reduce_scatter_gradients();
   const auto& buckets = layout_.buckets();
   for (size_t k = 0; k < buckets.size(); ++k)
     if (!gradient_slices_[k].defined())
       gradient_slices_[k] = torch::zeros({buckets[k].slice}, slice_options());
-  const double grad_norm = clip_gradients();  // global: every rank decides alike
+  return sum_of_squares();  // global: every rank decides alike
+}
+
+void ZeroOptimizer::apply_gradients(int64_t step, double grad_norm, bool apply) {
+  torch::NoGradGuard no_grad;
   if (!apply || !std::isfinite(grad_norm)) {  // the non-finite guard: nothing updated, the gradients dropped
     for (auto& slice : gradient_slices_) slice = torch::Tensor();
-    return grad_norm;
+    return;
   }
+  clip_by_norm(gradient_slices_, grad_norm, config_.max_grad_norm);
+  const auto& buckets = layout_.buckets();
 
   // AdamW exactly as stage 0 computes it (adamw_update, element by element), on this rank's slices
   const double lr = scheduled_learning_rate(step);
@@ -187,7 +194,6 @@ double ZeroOptimizer::step(int64_t step, bool apply) {
           .copy_(gathered.narrow(0, piece.bucket_offset, piece.length));
     gradient_slices_[k] = torch::Tensor();
   }
-  return grad_norm;
 }
 
 bool ZeroOptimizer::state_is_finite() const {

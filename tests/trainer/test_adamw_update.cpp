@@ -166,6 +166,6 @@ TEST_CASE("sum_of_squares is its eight partial sums, bit for bit") {
     for (; i < n; ++i) partial[0] = partial[0] + static_cast<double>(data[i]) * static_cast<double>(data[i]);
     const double expected =
         ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-    CHECK(sum_of_squares(x) == expected);
+    CHECK(sum_of_squares(x).item<double>() == expected);
   }
 }

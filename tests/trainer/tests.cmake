@@ -117,3 +117,7 @@ add_test(NAME trainer-lora-peft-roundtrip
 exec $py ${CMAKE_CURRENT_LIST_DIR}/lora_peft_roundtrip.py $<TARGET_FILE:rayless> $<TARGET_FILE:rayless-bench>")
 set_tests_properties(trainer-lora-np2 trainer-lora-peft-roundtrip PROPERTIES ENVIRONMENT "${trainer_env}" TIMEOUT 600
                      PROCESSORS 2 LABELS "mpi;e2e;lora" SKIP_RETURN_CODE 77 WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+
+# one read from the device per optimizer step (issue 48 §3): no function of the step reads a device
+# value but StepRead::values(), once (the in-process count: trainer-mpi's "one read to the host")
+add_test(NAME trainer-step-reads-once COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/step_reads_once.py ${CMAKE_SOURCE_DIR})

@@ -43,6 +43,11 @@ class Communicator {
   // in one collective on its own device and the padding dropped by the known counts (never by
   // sentinel values) -> one tensor per rank. Written once for every backend.
   std::vector<torch::Tensor> allgather_variable(const torch::Tensor& tensor);
+
+  // `tensor` where this backend's collectives take it: the host under MPI; where it is otherwise (NCCL
+  // reduces CUDA tensors on the device and host tensors over MPI; one rank reduces nothing), so that a
+  // value computed on the GPU is reduced there and read to the host later, with others, once.
+  torch::Tensor in_collective_memory(const torch::Tensor& tensor) const;
 };
 
 class Runtime;

@@ -7,8 +7,10 @@
 //   LossOutput out = compute_loss(in, settings);
 //   out.loss.backward();
 //
-// Metrics come back as parts (sums and counts, minima and maxima of this rank) so the trainer can
-// reduce them across ranks; LossOutput::metrics() gives the single-process values under TRL's names:
+// Metrics come back as parts (sums and counts, minima and maxima of this rank), as scalars on the
+// loss's device so that nothing is read to the host per micro-step: the trainer reduces them across
+// ranks and reads a whole step's at once; LossOutput::metrics() reads the single-process values
+// under TRL's names:
 // kl, entropy, clip_ratio/low_mean, clip_ratio/high_mean, clip_ratio/region_mean, clip_ratio/low_min,
 // clip_ratio/high_max (and cispo_clip_ratio for cispo); with the off-policy mask also rayless's
 // sampling/off_policy_masked_fraction (the share of completions it dropped).
@@ -64,25 +66,25 @@ struct LossInputs {
   double num_items_in_batch = 0;      // dapo/cispo: global active completion tokens of the generation batch
 };
 
-// A mean metric as its parts: global value = sum over ranks of sum / max(sum over ranks of count, 1).
+// A mean metric as its parts, float64 scalars on the loss's device: global value = sum over ranks of
+// sum / max(sum over ranks of count, 1).
 struct MeanPart {
-  double sum = 0;
-  double count = 0;
+  torch::Tensor sum;
+  torch::Tensor count;
   bool single_precision = false;  // TRL's value is float32 (an indicator's mean): round the global mean
-  double value() const {
-    const double mean = sum / (count < 1 ? 1 : count);
-    return single_precision ? static_cast<double>(static_cast<float>(mean)) : mean;
-  }
 };
+// The mean from (reduced) parts read to the host, rounded to float32 where TRL's value is.
+double mean_value(double sum, double count, bool single_precision);
 
 struct LossOutput {
   torch::Tensor loss;  // scalar, differentiable w.r.t. per_token_logps
   std::map<std::string, MeanPart> means;  // kl, entropy, clip_ratio/{low,high,region}_mean, cispo_clip_ratio
   // clip_ratio/low_min and clip_ratio/high_max: min / max over completions with active tokens of the
-  // per-completion clipped fraction; NaN when this rank has none (reduce with a NaN-ignoring min/max)
-  std::map<std::string, double> minima;
-  std::map<std::string, double> maxima;
-  std::map<std::string, double> metrics() const;  // single-process values
+  // per-completion clipped fraction, float64 scalars on the device; NaN when this rank has none
+  // (reduce with a NaN-ignoring min/max)
+  std::map<std::string, torch::Tensor> minima;
+  std::map<std::string, torch::Tensor> maxima;
+  std::map<std::string, double> metrics() const;  // single-process values (read to the host)
 };
 
 LossOutput compute_loss(const LossInputs& inputs, const LossSettings& settings);

@@ -324,8 +324,9 @@ void adamw_update_tensor_ops(torch::Tensor& param, const torch::Tensor& grad, to
 // The sum of t's squared elements in float64, for the gradient norm. On the CPU one pass with eight
 // float64 partial sums (sum_of_squares_single_pass; its float32 loop on AVX-512 or AVX2:
 // avx512_sum_of_squares, avx2_sum_of_squares, the same sums bit for bit), no float64 copy of the tensor;
-// elsewhere float64 sums of pieces of 2^20 elements.
-double sum_of_squares(const torch::Tensor& t);
+// elsewhere float64 sums of pieces of 2^20 elements. A float64 scalar on t's device, not read to the
+// host: the trainer reads the gradient norm with the step's other values, once (issue 48).
+torch::Tensor sum_of_squares(const torch::Tensor& t);
 
 // ---- log-probs of chosen tokens -----------------------------------------------------------------
 //

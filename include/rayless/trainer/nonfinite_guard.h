@@ -2,10 +2,10 @@
 // generation's logits (the sampler marks rows whose logits held a NaN or an infinity) and rewards (an
 // infinity), each micro-step's per-token log-probs, its loss and its metrics' sums. The checks raise
 // flags in one small tensor on the device, with no host sync; at the optimizer step one allreduce
-// gives every rank the same answer before the update, so all ranks skip it alike (weights, AdamW
-// state and the schedule untouched; optimizer.h) or all apply it. The grad norm, already the same on
-// every rank, is the last check (in Optimizer::step). The rows that produced a non-finite value
-// are kept, with their reward columns, to be named in the log.
+// gives every rank the same answer before the update, read with the step's other values, so all
+// ranks skip it alike (weights, AdamW state and the schedule untouched; optimizer.h) or all apply it.
+// The grad norm, already the same on every rank, is the last check (Optimizer::apply_gradients). The
+// rows that produced a non-finite value are kept, with their reward columns, to be named in the log.
 //
 // The flags are one [kSources] tensor so that a step's other figures can travel in the same reduction.
 #pragma once
@@ -35,9 +35,12 @@ class NonfiniteGuard {
   // reward columns (undefined: not known).
   void note_rows(const torch::Tensor& bad, const std::vector<int64_t>& dataset_rows, const torch::Tensor& rewards);
 
-  // Collective, once per optimizer step, on every rank: the sources raised on any rank (one allreduce;
-  // empty when the step was finite). Clears the flags.
-  std::vector<std::string> agree(Communicator& comm);
+  // Collective, once per optimizer step, on every rank: the flags raised on any rank (one max-allreduce
+  // where the collectives take them), not read to the host: they travel in the step's one read
+  // (step_read.h). Clears the flags.
+  torch::Tensor reduce_flags(Communicator& comm);
+  // The sources raised, from reduce_flags()'s kSources values read to the host (empty: a finite step).
+  static std::vector<std::string> raised(const double* flags);
 
   // Collective, after agree() found a non-finite step: every rank's rows that produced a non-finite
   // value, or when no row was marked every row of the step, at most `limit` of them, as [n, 2 + K]

@@ -46,7 +46,16 @@ class Optimizer {
   // before clipping. When `apply` is false or the norm is not finite (every rank sees the same norm)
   // nothing is updated: weights, AdamW moments, its step counts and the learning rate stay as they were;
   // the gradients are dropped (the non-finite guard, nonfinite_guard.h).
-  virtual double step(int64_t step, bool apply = true) = 0;
+  // The trainer calls the two halves itself, so that the norm reaches the host in the step's one read
+  // with its other values (step_read.h); step() is both with the norm read between them.
+  double step(int64_t step, bool apply = true);
+  // The first half: the gradients averaged across ranks (collective) and the global sum of their
+  // squares, a float64 scalar where the collectives leave it (the device, or the host under MPI); no
+  // read to the host.
+  virtual torch::Tensor reduce_gradients() = 0;
+  // The second half, with the norm (sqrt of that sum) read: clip, learning rate, AdamW, zero the
+  // gradients; or, when `apply` is false or the norm is not finite, only drop the gradients.
+  virtual void apply_gradients(int64_t step, double grad_norm, bool apply) = 0;
   // Whether the AdamW moments this rank holds are all finite (a checkpoint never holds a NaN).
   virtual bool state_is_finite() const = 0;
   double learning_rate() const { return learning_rate_; }  // of the last step (what transformers logs)
@@ -96,6 +105,7 @@ void set_parameter_gradients(const std::vector<torch::Tensor>& parameters, const
 // weights bit for bit as stage 0 does. Each tensor's squares: ops::sum_of_squares (ops/ops.h).
 // min(1, max_norm / (norm + 1e-6)) computed in the gradients' dtype (torch's formula), or 1 when
 // max_norm <= 0 (transformers then only measures the norm).
+// Computed on the host (in the gradients' dtype), so it never waits for a device.
 double clip_coefficient(const torch::TensorOptions& gradients, double norm, double max_norm);
 // Multiplies every gradient by clip_coefficient in their dtype; nothing when max_norm <= 0. (Stage 0
 // applies the coefficient inside AdamW's pass instead, AdamWHyper::grad_scale: the same products.)

@@ -15,6 +15,7 @@ class Communicator;
 struct AdvantageOutput;
 struct LossOutput;
 struct RolloutBatch;
+class StepRead;
 
 // completions/*, rewards/NAME/mean|std, reward, reward_std, frac_reward_zero_std over all ranks
 // (collective). all_rewards_per_func is the gathered [N, K] table. Adds the generation's prompt and
@@ -23,11 +24,25 @@ StepMetrics generation_metrics(Communicator& comm, const RolloutBatch& batch, co
                                const AdvantageOutput& advantages, const std::vector<std::string>& reward_names,
                                int64_t& num_tokens);
 
-// kl, entropy, clip_ratio/*: global over ranks in two allreduces (means from their summed parts,
-// extremes NaN-ignoring; minima travel negated so one max-allreduce serves both). Collective.
-// sums_finite (when given): whether every summed part is finite on every rank (a NaN count-0 mean is
-// "no value"; a NaN or infinite sum is not, and the non-finite guard sees it).
-StepMetrics loss_metrics(Communicator& comm, const LossOutput& loss, bool* sums_finite = nullptr);
+// One micro-step's kl, entropy, clip_ratio/*, reduced over ranks and not yet read: float64 tensors on
+// the communicator's device (the rank's under NCCL or one rank, the host's under MPI).
+struct ReducedLossMetrics {
+  std::vector<std::pair<std::string, bool>> means;  // name, single_precision (TRL's float32 value)
+  std::vector<std::string> minima, maxima;
+  torch::Tensor sums;      // [2 x means]: sum, count of each, summed over ranks
+  torch::Tensor extremes;  // [minima + maxima]: -min, then max, the max over ranks (-inf: no rank had one)
+};
+
+// Global over ranks in two allreduces (means from their summed parts, extremes NaN-ignoring; minima
+// travel negated so one max-allreduce serves both), with no read to the host. Collective.
+ReducedLossMetrics reduce_loss_metrics(Communicator& comm, const LossOutput& loss);
+
+// A step's micro-steps' reduced values added to the step's one read to the host (step_read.h), in
+// order; returns where they start (-1: no micro-step).
+int64_t add_loss_metrics(StepRead& read, const std::vector<ReducedLossMetrics>& micro_steps);
+// From those values read (`values` at add_loss_metrics's offset): per micro-step, the global means
+// and extremes (NaN where no rank had a value).
+std::vector<StepMetrics> loss_metrics_from(const std::vector<ReducedLossMetrics>& micro_steps, const double* values);
 
 // The mean of each metric over a step's micro-steps (or generations), NaN left out, as TRL averages
 // what it collected between logs.

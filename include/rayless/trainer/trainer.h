@@ -38,6 +38,7 @@
 #include "rayless/trainer/metrics.h"
 #include "rayless/trainer/nonfinite_guard.h"
 #include "rayless/trainer/sample_table.h"
+#include "rayless/trainer/step_metrics.h"
 #include "rayless/trainer/trainer_state.h"
 
 namespace rayless {
@@ -157,10 +158,16 @@ class Trainer {
   void print_samples();
 
   // training (trainer.cpp)
-  StepMetrics train_micro_batch(const Generation& generation, int64_t micro_index);
+  // a micro-step's metrics: its loss metrics reduced over ranks but not read (read once per step),
+  // and what the host already knows (the entropy threshold)
+  struct MicroStep {
+    ReducedLossMetrics loss;
+    StepMetrics host;
+  };
+  MicroStep train_micro_batch(const Generation& generation, int64_t micro_index);
   torch::Tensor entropy_mask_of(const torch::Tensor& entropies, const torch::Tensor& mask, int64_t generation_step,
                                 StepMetrics& metrics);
-  StepMetrics finish_optimizer_step(std::vector<StepMetrics>& micro, std::vector<StepMetrics>& generations);
+  StepMetrics finish_optimizer_step(std::vector<MicroStep>& micro, std::vector<StepMetrics>& generations);
   // a step the guard left out: counted, logged with the rows that produced it (collective)
   void report_nonfinite_step(const std::vector<std::string>& sources, double grad_norm);
   // "prompt 12 (data/x.jsonl:13)" for a row's prompt index (a replayed run: its group)
@@ -243,7 +250,9 @@ class Trainer {
   int64_t optimizer_step_ = 0;           // completed optimizer steps
   int64_t micro_step_ = 0;               // completed micro-steps
   int64_t num_tokens_ = 0;               // prompt + completion tokens seen, all ranks (TRL's num_tokens)
-  float step_loss_float32_ = 0.0f;       // this rank's loss summed over the step's micro-steps (transformers')
+  // this rank's loss summed over the step's micro-steps in float32 (transformers'), a scalar on the
+  // rank's device, read once per step
+  torch::Tensor step_loss_;
   std::string expected_generation_hash_;  // set by a mid-cycle restore: the stored generation's file hash
   int64_t last_saved_micro_step_ = -1;
   int64_t nonfinite_steps_ = 0;           // optimizer steps the guard left out (train/nonfinite_steps)

@@ -60,7 +60,8 @@ class ZeroOptimizer final : public Optimizer {
                 int64_t max_steps, int zero_stage, int64_t bucket_size_mb);
 
   void after_backward() override;
-  double step(int64_t step, bool apply) override;
+  torch::Tensor reduce_gradients() override;
+  void apply_gradients(int64_t step, double grad_norm, bool apply) override;
   bool state_is_finite() const override;
   void collect_state() override;
   void write_state(const std::filesystem::path& path) override;
@@ -76,7 +77,7 @@ class ZeroOptimizer final : public Optimizer {
   // add into this rank's gradient slices; then free the parameters' gradients
   void reduce_scatter_gradients();
   torch::Tensor owned_values(const ShardBucket& bucket, const std::vector<torch::Tensor>& full) const;
-  double clip_gradients();  // global norm over all ranks' slices; returns it before clipping
+  torch::Tensor sum_of_squares();  // over all ranks' slices (collective), not read
   // flat slices, buckets and moments: the parameters' dtype and device, outside autograd
   torch::TensorOptions slice_options() const { return parameters_[0].options().requires_grad(false); }
 

@@ -12,6 +12,7 @@
 #include "rayless/comm/communicator.h"
 #include "mpi_test_runtime.h"
 #include "rayless/runtime/runtime.h"
+#include "rayless/trainer/step_read.h"
 #include "rayless/trainer/trainer.h"
 
 using namespace rayless;
@@ -78,6 +79,32 @@ TEST_CASE("trainer: a SIGUSR1 raised in a hook on rank 0 stops every rank with a
     std::string name;
     latest >> name;
     CHECK(name == "step-00000001");
+    std::error_code ignored;
+    fs::remove_all(out.parent_path(), ignored);
+  }
+}
+
+// Issue 48 §3: the guard's flags, the grad norm, the loss and the loss metrics of every micro-step
+// reach the host in one read per optimizer step (two micro-steps per step here, μ = 2 reusing each
+// generation of two micro-batches)
+TEST_CASE("trainer: one read to the host per optimizer step") {
+  const fs::path out = shared_temp_dir("one-read");
+  TrainOptions options = small_run(out, 3);
+  options.overrides.push_back("grpo.num_iterations=2");
+  options.overrides.push_back("grpo.steps_per_generation=2");
+  options.overrides.push_back("train.per_device_train_batch_size=2");
+  options.overrides.push_back("train.gradient_accumulation_steps=2");
+  int64_t micro_steps = 0;
+  TrainerHooks hooks;
+  hooks.after_micro_step = [&](int64_t) { ++micro_steps; };
+  Trainer trainer(runtime(), options, hooks);
+  const int64_t before = StepRead::reads();
+  REQUIRE(trainer.run() == kExitOk);
+  CHECK(StepRead::reads() - before == 3);
+  CHECK(micro_steps == 6);
+  mpi()->barrier();
+  if (runtime().rank() == 0) {
+    CHECK(lines_in(out / "metrics.jsonl") == 3);
     std::error_code ignored;
     fs::remove_all(out.parent_path(), ignored);
   }
