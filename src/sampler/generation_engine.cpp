@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "rayless/base/error.h"
@@ -48,10 +49,12 @@ EngineSettings resolve_engine_settings(const SamplingParams& params, int64_t row
                                " of KV cache and logits per slot in half of ", memory.source);
   }
   s.prefill_chunk = params.prefill_chunk;
+  s.prefill_positions = params.prefill_chunk > 0 ? params.prefill_chunk : kAutoPrefillPositions;
   s.sync_interval = params.sync_interval > 0 ? params.sync_interval : (device.is_cpu() ? 1 : 8);
   if (single_wave) {
     s.slots = std::max<int64_t>(1, rows);
     s.prefill_chunk = 0;
+    s.prefill_positions = 0;  // dynamic RoPE sizes its frequencies on the pass's furthest position
     s.slots_reason = "dynamic RoPE: every row in one wave";
   }
   return s;
@@ -226,9 +229,18 @@ class Engine {
     const int64_t width = ids.size(1);
     KVCache prefilled;
     prefilled.rope_state = cache_.rope_state;  // dynamic RoPE: one state through the generation
-    const auto hidden = model_->forward_hidden(ids.to(device_), mask.to(device_), {}, &prefilled);
+    prefilled.capacity_hint = width;
+    // in pieces along the sequence where the prompts are wider than prefill_positions, the cache of
+    // the pieces before holding their keys and values
+    const int64_t piece = settings_.prefill_positions > 0 ? settings_.prefill_positions : width;
+    const auto ids_here = ids.to(device_), mask_here = mask.to(device_);
+    torch::Tensor hidden;
+    for (int64_t start = 0; start < width; start += piece) {
+      const int64_t end = std::min(start + piece, width);
+      hidden = model_->forward_hidden(ids_here.slice(1, start, end), mask_here.slice(1, 0, end), {}, &prefilled);
+    }
     cache_.rope_state = prefilled.rope_state;
-    const auto last_logits = model_->logits(hidden.select(1, width - 1)).to(torch::kFloat32);
+    const auto last_logits = model_->logits(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat32);
     ++stats_.prefills;
     if (keys_.empty()) {  // the slots' cache, in the dtype the cache stores (autocast's)
       const int64_t max_len = max_prompt_ + T_;
@@ -241,14 +253,13 @@ class Engine {
       cache_.values = values_;
     }
     std::vector<int64_t> placed_slots, placed_rows, placed_lengths, source;
+    std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_length;  // length -> slots, sources
     for (size_t j = 0; j < prompts.size(); ++j) {
       const int64_t p = prompts[j], length = static_cast<int64_t>(chunk[j].size());
       for (; next_row_ < N_ && next_row_ / G_ == p && static_cast<int64_t>(used) < admitted; ++next_row_, ++used) {
         const int64_t slot = free_slots[used];
-        for (size_t l = 0; l < keys_.size(); ++l) {  // the prompt's keys, left-padded there, from position 0 here
-          keys_[l][slot].narrow(1, 0, length).copy_(prefilled.keys[l][static_cast<int64_t>(j)].narrow(1, width - length, length));
-          values_[l][slot].narrow(1, 0, length).copy_(prefilled.values[l][static_cast<int64_t>(j)].narrow(1, width - length, length));
-        }
+        by_length[length].first.push_back(slot);
+        by_length[length].second.push_back(static_cast<int64_t>(j));
         slots_[static_cast<size_t>(slot)] = Slot{next_row_, length, 0};
         placed_slots.push_back(slot);
         placed_rows.push_back(next_row_);
@@ -257,6 +268,16 @@ class Engine {
       }
     }
     if (placed_slots.empty()) return 0;
+    // the prompts' keys and values, left-padded there, from position 0 in their slots: one copy per
+    // layer for all the rows of a prompt length (the G rows of a prompt share its prefill)
+    for (const auto& [length, slots_and_sources] : by_length) {
+      const auto slots = torch::tensor(slots_and_sources.first, torch::kLong).to(device_);
+      const auto sources = torch::tensor(slots_and_sources.second, torch::kLong).to(device_);
+      for (size_t l = 0; l < keys_.size(); ++l) {
+        keys_[l].narrow(2, 0, length).index_copy_(0, slots, prefilled.keys[l].narrow(2, width - length, length).index_select(0, sources));
+        values_[l].narrow(2, 0, length).index_copy_(0, slots, prefilled.values[l].narrow(2, width - length, length).index_select(0, sources));
+      }
+    }
     const auto slot_index = torch::tensor(placed_slots, torch::kLong).to(device_);
     const auto source_index = torch::tensor(source, torch::kLong).to(device_);
     const int64_t n = slot_index.size(0);
@@ -388,11 +409,16 @@ class Engine {
   void look() {
     ++stats_.host_syncs;
     const int64_t live = live_;
-    const auto done = done_.narrow(0, 0, live).to(torch::kCPU);
+    // one copy to the host per look (on a GPU one wait): the done flags, where EOS ended each row and,
+    // for stop strings, the rows' tokens
     const auto rows = rows_.narrow(0, 0, live);
-    const auto eos_end = eos_end_.index_select(0, rows).to(torch::kCPU);
+    std::vector<torch::Tensor> parts{done_.narrow(0, 0, live).to(torch::kLong), eos_end_.index_select(0, rows)};
+    if (!so_far_.empty()) parts.push_back(out_ids_.index_select(0, rows).reshape({-1}));
+    const auto host = torch::cat(parts).to(torch::kCPU);
+    const auto done = host.narrow(0, 0, live).to(torch::kBool);
+    const auto eos_end = host.narrow(0, live, live);
     torch::Tensor ids;
-    if (!so_far_.empty()) ids = out_ids_.index_select(0, rows).to(torch::kCPU);
+    if (!so_far_.empty()) ids = host.narrow(0, 2 * live, live * out_ids_.size(1)).view({live, out_ids_.size(1)});
     const auto done_a = done.accessor<bool, 1>();
     const auto eos_a = eos_end.accessor<int64_t, 1>();
     for (int64_t i = 0; i < live; ++i) {

@@ -91,6 +91,8 @@ TEST_CASE("config: wrong types and ranges name key, value and what is allowed") 
   CHECK_THAT(error_of([&] { config_from_overrides({"grpo.num_generation=4"}); }),
              Catch::Contains("did you mean grpo.num_generations?"));
   CHECK_THAT(error_of([&] { config_from_overrides({"novalue"}); }), Catch::Contains("section.key=value"));
+  CHECK_THAT(error_of([&] { config_from_overrides({"grpo.logprob_sequence_chunk_size=-1"}); }),
+             Catch::Contains("grpo.logprob_sequence_chunk_size = -1") && Catch::Contains("expected an integer >= 0"));
   auto products = write_temp_config("products.toml", "[train]\nbf16 = true\nbf16_products = \"fast\"\n");
   msg = error_of([&] { load_config(products.string()); });
   CHECK_THAT(msg, Catch::Contains("products.toml:3"));

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "model/helpers.h"
+#include "model/live_cpu_bytes.h"
 #include "rayless/grpo/completion_logprobs.h"
 #include "rayless/hf/model_directory.h"
 #include "rayless/ops/ops.h"
@@ -185,4 +186,31 @@ TEST_CASE("the log-prob pass in pieces along the sequence equals the pass in one
       CHECK(pieces.logps.masked_select(batch.completion_mask == 0).abs().max().item<double>() == 0.0);
     }
   }
+}
+
+// What the training pass keeps for backward grows with the sequence squared only by the attention mask
+// the layers share (1 byte per query and key): no float copy of it per layer (LibTorch's attention
+// node keeps one, 4 bytes per query and key in float32, which at 16k tokens was 1 GiB a layer). The
+// quadratic term of the bytes held after the forward, from three lengths T, 2T, 4T:
+// f(4T) - 3 f(2T) + 2 f(T) = 6 a T^2 for f(x) = c + b x + a x^2.
+TEST_CASE("the training pass holds the attention mask once, not a float copy per layer") {
+  CausalLM model = load_hf_model(test::golden_dir() / "qwen2");  // float32, 2 layers
+  model->train();
+  const int64_t vocab = model->config().vocab_size, T = 60;
+  torch::manual_seed(3);
+  const auto prompt_ids = torch::randint(1, vocab, {5}, torch::kLong);
+  const std::vector<std::vector<int64_t>> prompts{std::vector<int64_t>(prompt_ids.data_ptr<int64_t>(), prompt_ids.data_ptr<int64_t>() + 5)};
+  const auto held_after_forward = [&](int64_t length) {
+    const auto ids = torch::randint(1, vocab, {1, length}, torch::kLong);
+    const auto mask = torch::ones({1, length}, torch::kFloat32);
+    const test::LiveCpuBytes counted;
+    const auto out = completion_logprobs(model, prompts, ids, mask, CompletionLogprobOptions{});
+    REQUIRE(out.logps.requires_grad());
+    return static_cast<double>(counted.live());
+  };
+  const double f1 = held_after_forward(T), f2 = held_after_forward(2 * T), f4 = held_after_forward(4 * T);
+  const double bytes_per_query_and_key = (f4 - 3 * f2 + 2 * f1) / (6.0 * T * T);
+  INFO("held after forward: " << f1 << ", " << f2 << ", " << f4 << " bytes; quadratic term " << bytes_per_query_and_key
+                              << " bytes per query and key");
+  CHECK(bytes_per_query_and_key < 2.0);
 }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "model/helpers.h"
+#include "model/live_cpu_bytes.h"
 
 #include <ATen/ops/scaled_dot_product_attention.h>
 
@@ -119,11 +120,13 @@ TEST_CASE("scaled_attention: float32 operands under autocast are cast as autocas
   CHECK(ours.q.scalar_type() == torch::kFloat32);  // the cast's gradient is widened back, as autocast's
 }
 
-TEST_CASE("scaled_attention: float32, or without gradients, is LibTorch's call unchanged") {
+// In float32 with gradients: LibTorch's values and gradients bit for bit, from a node that keeps the
+// caller's boolean mask where LibTorch's keeps a float copy of it per call (per layer in the model).
+TEST_CASE("scaled_attention: float32 with gradients is LibTorch's call bit for bit, without a float copy of the mask") {
   const Operands o = operands(2, 4, 2, 24, 5, 64, torch::kFloat32);
   const auto weights = torch::randn({2, 4, 24, 64}, torch::kFloat64);
   const auto ours = run([&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    CHECK_FALSE(attention_backward_in_float32(q, k, v));
+    CHECK(attention_backward_in_float32(q, k, v));
     return scaled_attention(q, k, v, o.allowed, 0.125, true);
   }, o, weights);
   const auto autograds = run([&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -133,6 +136,24 @@ TEST_CASE("scaled_attention: float32, or without gradients, is LibTorch's call u
            {ours.out, autograds.out}, {ours.q, autograds.q}, {ours.k, autograds.k}, {ours.v, autograds.v}})
     CHECK(torch::equal(a, b));
 
+  // what the forward leaves alive for backward beyond its operands and the mask: the output and the
+  // log-sum-exp per query and head, and no [L, S] float mask
+  const Operands big = operands(2, 4, 2, 512, 0, 64, torch::kFloat32);
+  const auto held_after_forward = [&](bool ours_) {
+    auto q = big.q.detach().requires_grad_(), k = big.k.detach().requires_grad_(), v = big.v.detach().requires_grad_();
+    const test::LiveCpuBytes counted;
+    const auto out = ours_ ? scaled_attention(q, k, v, big.allowed, 0.125, true)
+                           : at::scaled_dot_product_attention(q, k, v, big.allowed, 0.0, false, 0.125, true);
+    return counted.live();
+  };
+  const int64_t output_bytes = 2 * 512 * 4 * 64 * 4, logsumexp_bytes = 2 * 512 * 4 * 4, mask_as_float = 2 * 512 * 512 * 4;
+  const int64_t theirs = held_after_forward(false), mine = held_after_forward(true);
+  INFO("held after forward: " << mine << " bytes, LibTorch's call " << theirs);
+  CHECK(mine <= output_bytes + logsumexp_bytes + 4096);
+  CHECK(theirs >= output_bytes + logsumexp_bytes + mask_as_float);  // what this guards against
+}
+
+TEST_CASE("scaled_attention: without gradients it is LibTorch's call unchanged") {
   const Operands low = operands(2, 4, 2, 24, 5, 64, torch::kBFloat16);
   torch::NoGradGuard no_grad;
   CHECK_FALSE(attention_backward_in_float32(low.q, low.k, low.v));

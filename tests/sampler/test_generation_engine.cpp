@@ -298,3 +298,29 @@ TEST_CASE("engine: the CPU's one-pass decode kernels run in the engine's step") 
     CHECK_FALSE(torch::equal(with_kernel.logprobs, without.logprobs));  // it ran
   }
 }
+
+// A prompt wider than generation.prefill_chunk goes through the model in pieces of that many
+// positions on the cache it fills (bounded memory for long prompts): the same rows as one pass, for
+// left-padded chunks of several prompts (auto) and for one long prompt alone.
+TEST_CASE("engine: prompts prefilled in pieces along the sequence give the rows of one pass") {
+  CausalLM model = tiny_model();
+  const std::vector<std::vector<int64_t>> prompts = {
+      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, {14, 15}, {16, 17, 18, 19, 20, 21, 22, 23, 24}, {25}};
+  for (const bool greedy : {false, true}) {
+    INFO((greedy ? "greedy" : "sampled"));
+    SamplingParams p = varied_lengths(greedy);
+    const SamplingStream stream(8);
+    const auto one_pass = generate(model, prompts, p, stream);  // auto: every prompt in one pass of 13 positions
+    CHECK(one_pass.stats.prefills == 1);
+    for (const int64_t chunk : {1, 4, 5}) {
+      INFO("generation.prefill_chunk " << chunk);
+      p.prefill_chunk = chunk;
+      check_same_rows(generate(model, prompts, p, stream), one_pass);
+    }
+  }
+  SamplingParams p;
+  CHECK(resolve_engine_settings(p, 8, torch::kCPU, false).prefill_positions == kAutoPrefillPositions);
+  p.prefill_chunk = 5;
+  CHECK(resolve_engine_settings(p, 8, torch::kCPU, false).prefill_positions == 5);
+  CHECK(resolve_engine_settings(p, 8, torch::kCPU, /*single_wave=*/true).prefill_positions == 0);
+}

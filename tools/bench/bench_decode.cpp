@@ -1,5 +1,5 @@
-// rayless bench decode: one KV-cached decode step (the trainer's generation loop: forward of one new
-// token per row, then the LM head) at 1 and 32 rows, next to the two limits the machine sets:
+// rayless bench decode: one KV-cached decode step as the generation engine takes it (forward_slots on
+// the slots' preallocated keys and values: one new token per row, then the LM head) at 1 and 32 rows, next to the two limits the machine sets:
 //   * 1 row streams every weight once per step, so its floor is weight bytes / memory read rate;
 //   * many rows turn the step into matmuls, so its ceiling is the measured matmul rate.
 // It also counts the ATen operator calls one step makes (RecordFunction; nested calls included), the
@@ -74,17 +74,30 @@ DecodeRow time_decode(CausalLM& model, int64_t rows, int64_t prompt_len, int64_t
   const auto copy_start = Clock::now();
   if (fuse) fused.emplace(model);  // as generate() decodes
   const double copy_ms = 1e3 * seconds_since(copy_start);
-  KVCache cache;
-  cache.capacity_hint = prompt_len + steps + 2;
-  auto mask = torch::ones({rows, prompt_len}, torch::kLong);
-  model->forward_hidden(ids, mask, {}, &cache);
-  auto next = ids.select(1, prompt_len - 1).unsqueeze(1);
-  auto position = torch::full({rows, 1}, prompt_len, torch::kLong);
+  // the prompts prefilled, their keys and values then in slots as the generation engine holds them
+  // ([rows, kv heads, positions, head dim], preallocated for every step below)
+  KVCache prefilled;
+  model->forward_hidden(ids, torch::ones({rows, prompt_len}, torch::kLong), {}, &prefilled);
+  const int64_t max_len = prompt_len + steps + 2;  // the warm-up, the counted and the timed steps
+  KVCache slots;
+  for (size_t l = 0; l < prefilled.keys.size(); ++l) {
+    for (auto [from, to] : {std::pair{&prefilled.keys[l], &slots.keys}, std::pair{&prefilled.values[l], &slots.values}}) {
+      auto held = torch::zeros({rows, from->size(1), max_len, from->size(3)}, from->options());
+      held.narrow(2, 0, prompt_len).copy_(*from);
+      to->push_back(held);
+    }
+  }
+  auto next = ids.select(1, prompt_len - 1);
+  auto positions = torch::full({rows}, prompt_len, torch::kLong);
+  int64_t position = prompt_len;
+  // one engine step (GenerationEngine::step_on_device's forward): every row at the same position,
+  // attending to the positions written so far
   auto step = [&] {
-    mask = torch::cat({mask, torch::ones({rows, 1}, torch::kLong)}, 1);
-    auto hidden = model->forward_hidden(next, mask, position, &cache);
-    model->logits(hidden.select(1, 0)).argmax(-1);
-    position = position + 1;
+    slots.attend_length = position + 1;
+    auto hidden = model->forward_slots(next, positions, slots);
+    model->logits(hidden).argmax(-1);
+    positions.add_(1);
+    ++position;
   };
   step();  // warm-up
   operator_calls = 0;

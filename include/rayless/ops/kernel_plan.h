@@ -20,7 +20,7 @@ enum class Kernel {
   autocast_linear,              // training's projections under autocast, the float32 weight kept for backward
   transpose_tiles,              // a 2-byte matrix transposed in cache-sized tiles (the weight gradients' operand)
   onednn_linear,                // generation's weights packed once for oneDNN's kernel
-  attention_float32_backward,   // the CPU flash attention's backward on float32 copies (bfloat16 training)
+  attention_float32_backward,   // CPU flash attention with gradients: the bool mask kept; float32 backward (bfloat16)
   length_buckets,               // a packed pass's attention in buckets of rows of like length
   rms_norm_one_pass_backward,   // RMSNorm's backward as one node, two passes over each row (bfloat16 training)
   rotary_one_pass,              // the rotary embedding's forward and backward in one pass (bfloat16 training)

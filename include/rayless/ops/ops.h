@@ -142,10 +142,14 @@ class GenerationLinear {
 
 // at::scaled_dot_product_attention(q, k, v, allowed, 0, false, scale, enable_gqa) with a boolean mask
 // (true = may attend), operands cast as autocast casts them. The forward is that call's, bit for bit.
-// Where it runs LibTorch's CPU flash kernel on bfloat16 or half operands with gradients, the backward
-// runs the same kernel on the operands widened to float32 and rounds the gradients once (kernel
-// attention_float32_backward): LibTorch's reduced-precision CPU backward took 3.5x as long as its
-// float32 one and rounds its intermediates, so these gradients are nearer the exact ones.
+// Where it runs LibTorch's CPU flash kernel with gradients (float32, bfloat16 or half operands; kernel
+// attention_float32_backward), the call is one node that saves the boolean mask, which the layers
+// share, where LibTorch's saves a float copy of it per call: 4 bytes per query and key per layer in
+// float32, the training pass's one cost quadratic in the sequence. On bfloat16 or half operands its
+// backward runs the same kernel on the operands widened to float32 and rounds the gradients once:
+// LibTorch's reduced-precision CPU backward took 3.5x as long as its float32 one and rounds its
+// intermediates, so these gradients are nearer the exact ones. In float32 the gradients are LibTorch's
+// bit for bit.
 torch::Tensor scaled_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double scale, bool enable_gqa);
 // Whether scaled_attention takes its float32-backward path for these operands now.

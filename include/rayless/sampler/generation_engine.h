@@ -37,14 +37,22 @@ struct SlotMemory {
 struct EngineSettings {
   int64_t slots = 1;
   int64_t prefill_chunk = 0;  // 0 = every admitted prompt in one pass
+  // Positions per prefill pass along the sequence: a chunk of prompts wider than this goes through the
+  // model in pieces on the KV cache it fills (0 = one pass, as dynamic RoPE needs).
+  int64_t prefill_positions = 0;
   int64_t sync_interval = 1;
   std::string slots_reason;   // how the slot count was chosen, for the log line
 };
 // slots 0 -> auto_slots (memory); sync interval 0 -> 1 on the CPU (a look at the flags costs
-// nothing there and refills sooner), 8 elsewhere; single_wave (dynamic RoPE) -> slots = rows and one
-// prefill. Values below 0 (or a sync interval below 0) are InputErrors.
+// nothing there and refills sooner), 8 elsewhere; prefill_positions = prefill_chunk, or
+// kAutoPrefillPositions under auto; single_wave (dynamic RoPE) -> slots = rows and one prefill pass. Values below 0 (or a sync interval below 0) are InputErrors.
 EngineSettings resolve_engine_settings(const SamplingParams& params, int64_t rows, const torch::Device& device,
                                        bool single_wave, const SlotMemory& memory = {});
+
+// A prompt longer than this is prefilled in pieces of this many positions under generation.prefill_chunk
+// = auto: its activations and attention masks then take memory as one piece's, not as the whole
+// prompt's (masks grow with the square of the positions in one pass).
+constexpr int64_t kAutoPrefillPositions = 2048;
 
 // The share of the available memory that slots may take: the rest is for the prefill's activations, the
 // step's temporaries and what the caching allocator keeps.

@@ -1,5 +1,5 @@
-// Attention on the CPU: the flash kernel's backward in float32 for bfloat16 training
-// (attention_float32_backward), one call or a packed pass's buckets as one node; the packed passes'
+// Attention on the CPU: the flash kernel with gradients as one node that keeps the boolean mask (and
+// computes the backward in float32 for bfloat16 training; attention_float32_backward), one call or a packed pass's buckets as one node; the packed passes'
 // length buckets (length_buckets); a decode step's float32 attention in one pass (avx2_decode_attention).
 // See ops.h.
 #include "ops/cpu/cpu_backend.h"
@@ -19,7 +19,8 @@ namespace rayless::ops {
 
 namespace {
 
-bool reduced(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
+// the dtypes LibTorch's CPU flash kernel computes (float64 goes to its math path)
+bool flash_dtype(at::ScalarType dtype) { return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf; }
 
 // The boolean mask as the additive one the flash kernel takes (0 where allowed, -inf elsewhere), in the
 // query's dtype: what at::scaled_dot_product_attention builds from a boolean mask before calling it.
@@ -43,7 +44,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> float32_flash_backward(
                                                                   logsumexp, 0.0, false, additive(allowed, at::kFloat), scale);
 }
 
-// One call's forward and float32 backward, the gradients rounded to the operands' dtype once.
+// One call's forward and float32 backward, the gradients rounded to the operands' dtype once. It saves
+// the caller's boolean mask, which every layer shares, and builds the additive one again in backward:
+// LibTorch's node saves its additive mask, a float copy of [length, keys] per layer and call (at 16k
+// tokens, 1 GiB per layer in float32).
 struct FlashAttentionFloat32Backward : public torch::autograd::Function<FlashAttentionFloat32Backward> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& allowed, double scale) {
@@ -125,7 +129,7 @@ struct BucketedFlashAttention : public torch::autograd::Function<BucketedFlashAt
 
 bool attention_backward_in_float32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const auto dtype = autocast_compute_dtype(q.device().type(), q.scalar_type());
-  return kernel_plan().on(Kernel::attention_float32_backward) && q.device().is_cpu() && reduced(dtype) &&
+  return kernel_plan().on(Kernel::attention_float32_backward) && q.device().is_cpu() && flash_dtype(dtype) &&
          torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad()) &&
          at::globalContext().userEnabledFlashSDP();
 }
