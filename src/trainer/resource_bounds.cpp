@@ -133,20 +133,30 @@ std::string memory_bounds(const Config& c, const ModelArchConfig& arch, int64_t 
                                   c.generation.max_completion_length);
   const std::string generation_batch = str("train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
                                            " x steps_per_generation ", steps);
+  const auto auto_or = [](int64_t value) { return value > 0 ? std::to_string(value) : std::string("auto"); };
+  // the engine's slots hold the KV cache: every row of the generation batch unless generation.slots is lower
+  const int64_t slot_rows = c.generation.slots > 0 ? std::min(c.generation.slots, generation_rows) : generation_rows;
+  // the passes without gradients go along the completions in pieces of grpo.logprob_sequence_chunk_size
+  const int64_t sequence_chunk = c.grpo.logprob_sequence_chunk_size;
+  const bool in_pieces = sequence_chunk > 0 && c.generation.max_completion_length > sequence_chunk;
+  const int64_t pass_positions = in_pieces ? sequence_chunk : positions;
   switch (use) {
     case MemoryUse::Sampling:
-      return str(generation_rows, " rows x ", positions, " positions, KV cache ",
-                 bytes_text(static_cast<double>(kv_cache_bytes(arch, activation, generation_rows, positions))), ", logits ",
-                 bytes_text(static_cast<double>(product({generation_rows, arch.vocab_size, 4}))), "; bounded by ",
-                 generation_batch, ", ", lengths);
+      return str(slot_rows, " rows x ", positions, " positions, KV cache ",
+                 bytes_text(static_cast<double>(kv_cache_bytes(arch, activation, slot_rows, positions))), ", logits ",
+                 bytes_text(static_cast<double>(product({slot_rows, arch.vocab_size, 4}))), "; bounded by ",
+                 generation_batch, ", ", lengths, ", generation.slots ", auto_or(c.generation.slots),
+                 ", generation.prefill_chunk ", auto_or(c.generation.prefill_chunk));
     case MemoryUse::LogprobPass:
-      return str(generation_rows, " rows x up to ", positions, " positions in one pass, hidden states ",
-                 bytes_text(static_cast<double>(product({generation_rows, positions, arch.intermediate_size, activation}))),
-                 " per layer, LM head ", bytes_text(static_cast<double>(product({std::min(product({generation_rows, positions}),
-                                                                                           c.grpo.logprob_chunk_size),
-                                                                                  arch.vocab_size, 4}))),
+      return str(generation_rows, " rows x up to ", positions, " positions ",
+                 in_pieces ? str("in pieces of ", sequence_chunk) : std::string("in one pass"), ", hidden states ",
+                 bytes_text(static_cast<double>(product({generation_rows, pass_positions, arch.intermediate_size, activation}))),
+                 " per layer", in_pieces ? str(", KV cache ", bytes_text(static_cast<double>(kv_cache_bytes(arch, activation, generation_rows, positions)))) : std::string(),
+                 ", LM head ", bytes_text(static_cast<double>(product({std::min(product({generation_rows, pass_positions}),
+                                                                                 c.grpo.logprob_chunk_size),
+                                                                        arch.vocab_size, 4}))),
                  " per chunk; bounded by ", generation_batch, ", ", lengths, ", grpo.logprob_chunk_size ",
-                 c.grpo.logprob_chunk_size);
+                 c.grpo.logprob_chunk_size, ", grpo.logprob_sequence_chunk_size ", sequence_chunk);
     case MemoryUse::TrainingStep:
       return str(c.train.per_device_train_batch_size, " rows x up to ", positions, " positions with gradients, ",
                  c.train.gradient_checkpointing ? "layer inputs " : "activations ",

@@ -87,7 +87,7 @@ if [ "$(awk '/MemAvailable/ {print $2}' /proc/meminfo)" -gt $((10 * 1024 * 1024)
      --set grpo.steps_per_generation=8 --set grpo.num_generations=16 --set generation.max_completion_length=1948) > /dev/null 2> "$work/oom-train.txt"
   rc=$?
   [ $rc -eq 5 ] && [ "$(grep -c 'rayless: error:' "$work/oom-train.txt")" -eq 1 ] && ! grep -q "frame #" "$work/oom-train.txt" \
-    && grep -q 'rayless: error: out of memory while generation 0 (sampling, rewards, log-probs) (512 rows x 2012 positions, KV cache 3.9 GiB, .*; bounded by train.per_device_train_batch_size 64 x steps_per_generation 8, data.max_prompt_length 64 + generation.max_completion_length 1948): .*allocate.* (lower the settings named' "$work/oom-train.txt" \
+    && grep -q 'rayless: error: out of memory while generation 0 (sampling, rewards, log-probs) (512 rows x 2012 positions, KV cache 3.9 GiB, .*; bounded by train.per_device_train_batch_size 64 x steps_per_generation 8, data.max_prompt_length 64 + generation.max_completion_length 1948, generation.slots auto, generation.prefill_chunk auto): .*allocate.* (lower the settings named' "$work/oom-train.txt" \
     || { cat "$work/oom-train.txt"; fail "an allocation failure in training: expected exit 5 and one line naming the phase, sizes and settings, got $rc"; }
   [ -z "$(ls "$work/oom-train/checkpoints" 2>/dev/null)" ] && [ ! -s "$work/oom-train/metrics.jsonl" ] \
     || fail "the run that ran out of memory wrote $(ls "$work/oom-train" "$work/oom-train/checkpoints")"

@@ -76,3 +76,25 @@ TEST_CASE("memory estimates: the KV cache and weights by hand, saturating instea
                     Catch::StartsWith("generate needs at least ") && Catch::Contains("(weights 11.5 MiB, KV cache (3 rows x 100 positions) 1.2 MiB, logits 3.2 KiB)") &&
                         Catch::EndsWith("and has 1.0 KiB (host MemAvailable 1.0 KiB): lower --max-new-tokens"));
 }
+
+// The clause an out-of-memory message carries names the settings that bound the phase, as they are in force.
+TEST_CASE("memory_bounds: the log-prob pass in pieces along the sequence, the slots that hold the KV cache") {
+  Config c;
+  c.data.max_prompt_length = 64;
+  c.generation.max_completion_length = 4096;
+  c.train.per_device_train_batch_size = 4;
+  c.grpo.steps_per_generation = 2;
+  const std::string pieces = memory_bounds(c, arch_from(), 1, MemoryUse::LogprobPass);
+  INFO(pieces);
+  CHECK_THAT(pieces, Catch::StartsWith("8 rows x up to 4160 positions in pieces of 2048, hidden states "));
+  CHECK_THAT(pieces, Catch::Contains(", KV cache ") && Catch::EndsWith(", grpo.logprob_sequence_chunk_size 2048"));
+  c.grpo.logprob_sequence_chunk_size = 0;
+  CHECK_THAT(memory_bounds(c, arch_from(), 1, MemoryUse::LogprobPass), Catch::StartsWith("8 rows x up to 4160 positions in one pass"));
+
+  const std::string all_rows = memory_bounds(c, arch_from(), 1, MemoryUse::Sampling);
+  CHECK_THAT(all_rows, Catch::StartsWith("8 rows x 4160 positions") && Catch::EndsWith("generation.slots auto, generation.prefill_chunk auto"));
+  c.generation.slots = 3;
+  c.generation.prefill_chunk = 512;
+  const std::string three = memory_bounds(c, arch_from(), 1, MemoryUse::Sampling);
+  CHECK_THAT(three, Catch::StartsWith("3 rows x 4160 positions") && Catch::EndsWith("generation.slots 3, generation.prefill_chunk 512"));
+}

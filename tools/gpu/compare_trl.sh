@@ -26,14 +26,9 @@
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root_dir"
-dry_run=0 build=1 compare_args=()
-for arg in "$@"; do
-  case $arg in
-    --dry-run) dry_run=1 ;;
-    --no-build) build=0 ;;
-    *) compare_args+=("$arg") ;;
-  esac
-done
+. tools/gpu/gpu_env.sh
+gpu_script_args "tools/gpu/compare_trl.sh [--dry-run [--no-build]] [compare.py run arguments]" 1 "$@"
+compare_args=("${passed_on[@]}")
 OUT=${OUT:-$root_dir/gpu-compare-out}
 WORK=${WORK:-$OUT/work}
 budget_s=${COMPARE_BUDGET_S:-540}
@@ -43,7 +38,6 @@ start=$(date +%s)
 say() { printf 'compare-trl: %s\n' "$*"; }
 fail() { say "error: $*"; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-. tools/gpu/gpu_env.sh
 
 if [ $dry_run = 1 ]; then
   say "dry run on the CPU: build/, the tiny model, the GPU set's knobs (compare.py --scenario-set gpu-dry-run)"

@@ -16,14 +16,8 @@
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root_dir"
-dry_run=0 build=1
-for arg in "$@"; do
-  case $arg in
-    --dry-run) dry_run=1 ;;
-    --no-build) build=0 ;;  # dry run from ctest: build/ is there already
-    *) echo "usage: tools/gpu/device_check.sh [--dry-run [--no-build]]" >&2; exit 2 ;;
-  esac
-done
+. tools/gpu/gpu_env.sh
+gpu_script_args "tools/gpu/device_check.sh [--dry-run [--no-build]]" 0 "$@"
 OUT=${OUT:-$root_dir/gpu-check-out}
 WORK=${WORK:-$OUT/work}
 mkdir -p "$OUT" "$WORK"
@@ -46,7 +40,6 @@ step() {
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 # ---- 0. the environment: carried packages, CUDA and NCCL (tools/gpu/gpu_env.sh) -----------------
-. tools/gpu/gpu_env.sh
 
 versions() {
   ldd --version | head -1; cmake --version | head -1; c++ --version | head -1

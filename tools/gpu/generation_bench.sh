@@ -14,14 +14,8 @@
 set -uo pipefail
 root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root_dir"
-dry_run=0 build=1
-for arg in "$@"; do
-  case $arg in
-    --dry-run) dry_run=1 ;;
-    --no-build) build=0 ;;
-    *) echo "usage: tools/gpu/generation_bench.sh [--dry-run [--no-build]]" >&2; exit 2 ;;
-  esac
-done
+. tools/gpu/gpu_env.sh
+gpu_script_args "tools/gpu/generation_bench.sh [--dry-run [--no-build]]" 0 "$@"
 OUT=${OUT:-$root_dir/gpu-generation-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/generation_bench.log") 2>&1
@@ -32,7 +26,6 @@ if [ $dry_run = 1 ]; then
   [ $build = 1 ] && { ./tools/setup.sh || exit 1; }
 else
   build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json rows=1,16,64,256 tokens=256 sync=8 graphs=off,on
-  . tools/gpu/gpu_env.sh
   use_carried_packages || exit 1
   use_cuda_and_nccl || exit 1
   [ $build = 1 ] && { build_for_gpu "$build_dir" rayless-bench || exit 1; }

@@ -4,7 +4,25 @@
 #   use_cuda_and_nccl      the CUDA toolkit and PyTorch's NCCL, found for the CMake build
 #   build_for_gpu DIR T..  rayless against python3's CUDA LibTorch, only the targets named
 #   use_carried_wheels     TRL and datasets from the carried wheels (tools/gpu/fetch_wheels.sh), on PYTHONPATH
+#   gpu_script_args        the prepared scripts' own arguments, --dry-run and --no-build
 # root_dir must be set to the repository root.
+
+# The arguments every prepared script takes: --dry-run (the same steps here, on the CPU, as ctest runs
+# them) and --no-build (build/ is there already). Sets dry_run, build and passed_on (the other
+# arguments, for a script that hands them on: passes = 1; otherwise they get the usage line and exit 2).
+#   gpu_script_args USAGE PASSES "$@"
+gpu_script_args() {
+  local usage=$1 passes=$2 arg
+  shift 2
+  dry_run=0 build=1 passed_on=()
+  for arg in "$@"; do
+    case $arg in
+      --dry-run) dry_run=1 ;;
+      --no-build) build=0 ;;
+      *) if [ "$passes" = 1 ]; then passed_on+=("$arg"); else echo "usage: $usage" >&2; exit 2; fi ;;
+    esac
+  done
+}
 
 # The carried Debian packages unpacked into a prefix, never into /
 use_carried_packages() {
