@@ -217,12 +217,12 @@ std::pair<torch::Tensor, torch::Tensor> left_pad(const std::vector<std::vector<i
 // ---- KV cache ----------------------------------------------------------------------------------
 
 std::pair<torch::Tensor, torch::Tensor> KVCache::append(size_t layer, const torch::Tensor& k, const torch::Tensor& v) {
-  if (write_positions.defined()) {  // slot mode: one token per row, at the row's own position
-    const int64_t rows = k.size(0);
-    runtimeCheck(layer < keys.size() && k.size(2) == 1 && keys[layer].size(0) >= rows,
-                 "KVCache: slot mode takes one token per row of a preallocated cache");
+  if (write_positions.defined()) {  // slot mode: each row's tokens at the row's own positions
+    const int64_t rows = k.size(0), tokens = k.size(2);
+    runtimeCheck(layer < keys.size() && keys[layer].size(0) >= rows && write_positions.numel() == rows * tokens,
+                 "KVCache: slot mode writes ", rows, " x ", tokens, " tokens at as many positions of a preallocated cache");
     auto kc = keys[layer].narrow(0, 0, rows), vc = values[layer].narrow(0, 0, rows);
-    const auto index = write_positions.view({rows, 1, 1, 1}).expand({rows, k.size(1), 1, k.size(3)});
+    const auto index = write_positions.view({rows, 1, tokens, 1}).expand({rows, k.size(1), tokens, k.size(3)});
     kc.scatter_(2, index, k.to(kc.scalar_type()));
     vc.scatter_(2, index, v.to(vc.scalar_type()));
     return {kc.narrow(2, 0, attend_length), vc.narrow(2, 0, attend_length)};
@@ -625,15 +625,15 @@ torch::Tensor CausalLMImpl::forward_hidden_sharing_prompts(const SharedPromptBat
 
 torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, const torch::Tensor& positions,
                                           KVCache& cache) {
-  const int64_t b = input_ids.size(0);
-  runtimeCheck(cache.attend_length > 0 && positions.numel() == b, "forward_slots: ", b, " tokens, ", positions.numel(),
-               " positions, attend_length ", cache.attend_length);
-  auto h = model->embed_tokens(input_ids.view({b, 1}));
-  const RotaryTables rope = rotary_.tables(positions.view({b, 1}), h.scalar_type(), &cache.rope_state);
-  // key j of slot b is visible to its query at position p_b when j <= p_b (and p_b - j < window on
-  // sliding layers): the slot's own sequence from position 0, the new token written at p_b first
+  const int64_t b = input_ids.size(0), t = input_ids.dim() == 2 ? input_ids.size(1) : 1;
+  runtimeCheck(cache.attend_length > 0 && input_ids.dim() <= 2 && positions.numel() == b * t, "forward_slots: ", b,
+               " x ", t, " tokens, ", positions.numel(), " positions, attend_length ", cache.attend_length);
+  auto h = model->embed_tokens(input_ids.view({b, t}));
+  const RotaryTables rope = rotary_.tables(positions.view({b, t}), h.scalar_type(), &cache.rope_state);
+  // key j of slot b is visible to its query at position p when j <= p (and p - j < window on sliding
+  // layers): the slot's own sequence from position 0, the new tokens written at their positions first
   const auto key_positions = torch::arange(cache.attend_length, positions.options()).view({1, 1, 1, -1});
-  const auto query_positions = positions.view({b, 1, 1, 1});
+  const auto query_positions = positions.view({b, 1, t, 1});
   AttentionMasks masks;
   masks.full = key_positions <= query_positions;
   const AttentionLayout& layout = config_.attention;
@@ -642,7 +642,7 @@ torch::Tensor CausalLMImpl::forward_slots(const torch::Tensor& input_ids, const 
   for (size_t i = 0; i < model->layers->size(); ++i)
     h = model->layers->ptr<DecoderLayerImpl>(i)->forward(h, rope, masks.for_layer(layout, i), &cache, i);
   cache.write_positions = torch::Tensor();
-  return model->norm(h).reshape({b, -1});
+  return input_ids.dim() == 2 ? model->norm(h) : model->norm(h).reshape({b, -1});
 }
 
 torch::Tensor CausalLMImpl::lm_head_weight() const {

@@ -767,3 +767,60 @@ TEST_CASE("autocast_linear: a weight used twice gets the float32 sum of the two 
   INFO("error against float64: autocast_linear " << lean_error << ", autocast's linear " << plain_error);
   CHECK(lean_error < plain_error);
 }
+
+// forward_slots with several tokens per row (a prompt's prefill or a conversation's new turn on the
+// slots' kept keys and values): each real token's hidden state is the full forward's at its position,
+// with rows of unequal lengths padded in both steps, on full and sliding-window layers.
+TEST_CASE("forward_slots with several tokens per row gives the full forward's hidden states") {
+  for (const bool sliding : {false, true}) {
+    INFO((sliding ? "sliding window 4 on layer 1" : "full attention"));
+    nlohmann::json j = test::read_json(std::filesystem::path(RAYLESS_SOURCE_DIR) / "configs/models/tiny/config.json");
+    if (sliding) j.update({{"use_sliding_window", true}, {"sliding_window", 4}, {"max_window_layers", 1}});
+    const ModelArchConfig arch = ModelArchConfig::from_json(j, "config.json");
+    CausalLM model(arch);
+    model->init_weights(11);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const std::vector<int64_t> before = {5, 2, 7}, added = {4, 1, 3};
+    const int64_t B = 3, max_len = 16;
+    torch::manual_seed(4);
+    std::vector<torch::Tensor> rows;
+    for (int64_t b = 0; b < B; ++b) rows.push_back(torch::randint(1, 200, {before[b] + added[b]}, torch::kLong));
+
+    KVCache slots;
+    for (int64_t l = 0; l < arch.num_hidden_layers; ++l) {
+      slots.keys.push_back(torch::zeros({B, arch.num_key_value_heads, max_len, arch.head_dim}));
+      slots.values.push_back(torch::zeros({B, arch.num_key_value_heads, max_len, arch.head_dim}));
+    }
+    slots.attend_length = max_len;
+    // row b's tokens [first, first + count[b]) at their positions; padded rows repeat token 0 past their end
+    const auto step = [&](const std::vector<int64_t>& first, const std::vector<int64_t>& count) {
+      const int64_t T = *std::max_element(count.begin(), count.end());
+      auto ids = torch::zeros({B, T}, torch::kLong), positions = torch::zeros({B, T}, torch::kLong);
+      for (int64_t b = 0; b < B; ++b) {
+        ids[b].narrow(0, 0, count[b]).copy_(rows[b].narrow(0, first[b], count[b]));
+        positions[b].copy_(torch::arange(first[b], first[b] + T, torch::kLong).clamp_max(max_len - 1));
+      }
+      return model->forward_slots(ids, positions, slots);
+    };
+    const auto prefilled = step({0, 0, 0}, before);
+    const auto continued = step(before, added);
+    REQUIRE(continued.dim() == 3);
+    for (int64_t b = 0; b < B; ++b) {
+      INFO("row " << b);
+      const auto full = model->forward_hidden(rows[b].unsqueeze(0), {}, {}).squeeze(0);
+      CHECK((prefilled[b].narrow(0, 0, before[b]) - full.narrow(0, 0, before[b])).abs().max().item<double>() < 1e-5);
+      CHECK((continued[b].narrow(0, 0, added[b]) - full.narrow(0, before[b], added[b])).abs().max().item<double>() < 1e-5);
+    }
+    // one token per row as [B] (the decode step's shape) and as [B, 1]: the same hidden states
+    KVCache copy = slots;
+    for (auto* tensors : {&copy.keys, &copy.values})
+      for (auto& t : *tensors) t = t.clone();
+    const auto next = torch::tensor({7, 8, 9}, torch::kLong);
+    const auto at = torch::tensor({before[0] + added[0], before[1] + added[1], before[2] + added[2]}, torch::kLong);
+    const auto flat = model->forward_slots(next, at, slots);
+    const auto shaped = model->forward_slots(next.view({B, 1}), at.view({B, 1}), copy);
+    CHECK(flat.dim() == 2);
+    CHECK(torch::equal(flat, shaped.squeeze(1)));
+  }
+}

@@ -64,9 +64,10 @@ struct KVCache {
   // they finish (here select_rows may drop them).
   DynamicRopeState rope_state;
   // Slot mode (the generation engine, CausalLMImpl::forward_slots): keys and values are preallocated
-  // [slots, H_kv, max_len, D], each row holding one sequence from position 0. A one-token step of B rows
-  // writes row b's key and value at position write_positions[b] of slot b and attends to the first
-  // attend_length positions; `length` is unused. Undefined write_positions: append mode.
+  // [slots, H_kv, max_len, D], each row holding one sequence from position 0. A step of B rows and T
+  // tokens writes row b's keys and values at positions write_positions[b] ([B] or [B, T]) of slot b and
+  // attends to the first attend_length positions; `length` is unused. Undefined write_positions: append
+  // mode.
   torch::Tensor write_positions;  // [B] int64 on the cache's device
   int64_t attend_length = 0;
   // Appends [B, H_kv, T, D] for `layer`, returns the filled keys/values [B, H_kv, length + T, D] (in
@@ -207,6 +208,9 @@ class CausalLMImpl : public torch::nn::Module {
   // keys at positions <= its own (and within the window on sliding layers) among the cache's first
   // attend_length. Returns the final-normed hidden states [B, H]. Fixed shapes for fixed B and
   // attend_length, no host synchronisation (but dynamic RoPE's length, read from the positions).
+  // With input_ids and positions [B, T]: T tokens per row, each attending to its row's keys up to its
+  // own position (the earlier ones of the step included), returning [B, T, H]; a row with fewer tokens
+  // pads at positions past its last, whose keys a later step overwrites before it reads them.
   torch::Tensor forward_slots(const torch::Tensor& input_ids, const torch::Tensor& positions, KVCache& cache);
   torch::Tensor logits(const torch::Tensor& hidden);  // hidden @ lm_head_weight^T, [.., V]
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {});  // logits
