@@ -9,7 +9,7 @@
 # grpo.logprob_sequence_chunk_size (2048) and in one pass, and the training pass with and without
 # gradient checkpointing. The results go to DIR/results.jsonl (one JSON line per run) and the table to
 # DIR/table.md (default runs/long-completions). Memory does not depend on the machine's load; the
-# seconds do (on 2 cores the whole grid at 4k-16k on the small model took about N minutes).
+# seconds do (on 2 cores the whole grid at 4k-16k on the small model takes about an hour, most of it the 16k generation).
 # Environment: RAYLESS_BUILD_DIR (default build).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
