@@ -462,6 +462,7 @@ void add_agent_fields(std::vector<ConfigField>& f) {
   f.push_back(string_field("environment.command", REF(environment.command), {}, "environment worker: one instance per rollout with reset(**row), tool methods and get_reward() (TRL's environment_factory; docs/tools.md); empty = none"));
   f.push_back(float_field("environment.timeout_s", REF(environment.timeout_s), 0.001, kInf, "seconds one reset, tool call or get_reward may take; longer stops the run"));
   f.push_back(int_field("agent.max_tool_calling_iterations", REF(agent.max_tool_calling_iterations), -1, kNoMax, "rounds of tool calls per rollout (TRL's max_tool_calling_iterations; -1 = no limit, as TRL's None; 0 = calls are parsed but never run)"));
+  f.push_back(bool_field("agent.keep_kv_cache", REF(agent.keep_kv_cache), "a row that stops for a tool call keeps its keys and values, and its next turn runs only the new tokens through the model (false: every turn prefills the whole conversation again, as TRL's generate does; the same tokens to rounding)"));
   f.push_back(string_field("agent.tool_call_format", REF(agent.tool_call_format), {"auto", "qwen", "llama3"}, "how completions write tool calls: qwen = <tool_call>{...}</tool_call> (Qwen2.5, Qwen3), llama3 = {\"name\": ..., \"parameters\": ...} (Llama 3.1, 3.2); auto = from the chat template"));
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "rayless/base/error.h"
@@ -75,7 +76,7 @@ struct Slot {
 class Engine {
  public:
   Engine(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingParams& params,
-         const SamplingStream& stream, const Tokenizer* tokenizer)
+         const SamplingStream& stream, const Tokenizer* tokenizer, KeptKV* kept)
       : model_(model), prompts_(prompts), params_(params), stream_(stream), tokenizer_(tokenizer), device_(model->device()) {
     inputCheck(!prompts.empty(), "generate: no prompts");
     inputCheck(params.num_generations >= 1, "generate: num_generations must be >= 1");
@@ -93,6 +94,8 @@ class Engine {
     penalty_ = params.repetition_penalty != 1.0;
     const bool single_wave = model->config().rope.type == RopeType::Dynamic;
     settings_ = resolve_engine_settings(params, N_, device_, single_wave, slot_memory());
+    // kept keys and values: not under dynamic RoPE, whose one wave shares the rotary state
+    if (!single_wave) kept_ = kept;
     stats_.slots = settings_.slots;
     // the slot count when it changes (a single row, `rayless generate`'s, needs no line)
     static int64_t said_slots = -1, said_rows = -1;
@@ -196,11 +199,28 @@ class Engine {
       if (slots_[static_cast<size_t>(i)].row < 0) free_slots.push_back(i);
     const int64_t count = std::min<int64_t>(static_cast<int64_t>(free_slots.size()), N_ - next_row_);
     if (count <= 0) return;
+    size_t used = 0;
+    // in row order: runs of rows that resume kept keys and values, and runs that prefill
+    while (static_cast<int64_t>(used) < count) {
+      const auto resumes = [&](int64_t row) { return kept_ && G_ == 1 && kept_->contains(stream_.global_row(row)); };
+      const bool kept_run = resumes(next_row_);
+      int64_t run = 1;
+      while (static_cast<int64_t>(used) + run < count && resumes(next_row_ + run) == kept_run) ++run;
+      const size_t placed = kept_run ? resume_kept(run, free_slots, used) : prefill_rows(run, free_slots, used);
+      runtimeCheck(placed == static_cast<size_t>(run), "generation: placed ", placed, " of ", run, " rows");
+      used += placed;
+    }
+  }
+
+  // The next `run` pending rows, prefilled: the distinct prompts among them in chunks.
+  size_t prefill_rows(int64_t run, const std::vector<int64_t>& free_slots, size_t used) {
+    const int64_t admitted = static_cast<int64_t>(used) + run;
     // the admitted rows' prompts, in order, each once
     std::vector<int64_t> prompt_of_chunk;
-    for (int64_t r = next_row_; r < next_row_ + count; ++r)
+    for (int64_t r = next_row_; r < next_row_ + run; ++r)
       if (prompt_of_chunk.empty() || prompt_of_chunk.back() != r / G_) prompt_of_chunk.push_back(r / G_);
-    size_t first = 0, used = 0;
+    const size_t before = used;
+    size_t first = 0;
     while (first < prompt_of_chunk.size()) {
       // a chunk: as many prompts as fit prefill_chunk tokens (rows x longest), at least one
       size_t last = first + 1;
@@ -214,9 +234,80 @@ class Engine {
       if (settings_.prefill_chunk == 0) last = prompt_of_chunk.size();
       used += prefill(std::vector<int64_t>(prompt_of_chunk.begin() + static_cast<std::ptrdiff_t>(first),
                                            prompt_of_chunk.begin() + static_cast<std::ptrdiff_t>(last)),
-                      free_slots, used, count);
+                      free_slots, used, admitted);
       first = last;
     }
+    return used - before;
+  }
+
+  // The next `run` pending rows (one generation each), from the keys and values kept for them: the
+  // prefix their prompt shares with what the row held goes back into a slot, and only the rest runs
+  // through the model (forward_slots on a cache of these rows, in pieces of prefill_positions), which
+  // also gives each row's logits for its first token.
+  size_t resume_kept(int64_t run, const std::vector<int64_t>& free_slots, size_t used) {
+    const int64_t n = run;
+    std::vector<KeptKV::Row> held;
+    std::vector<int64_t> from(static_cast<size_t>(n)), lengths(static_cast<size_t>(n));
+    int64_t width = 0, longest_new = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(next_row_ + i)];
+      held.push_back(*kept_->take(stream_.global_row(next_row_ + i)));
+      const KeptKV::Row& row = held.back();
+      int64_t shared = 0;
+      while (shared < static_cast<int64_t>(std::min(prompt.size(), row.tokens.size())) &&
+             prompt[static_cast<size_t>(shared)] == row.tokens[static_cast<size_t>(shared)])
+        ++shared;
+      // at least the prompt's last token runs again: its logits pick the first token
+      from[static_cast<size_t>(i)] = std::min({shared, row.valid, static_cast<int64_t>(prompt.size()) - 1});
+      lengths[static_cast<size_t>(i)] = static_cast<int64_t>(prompt.size());
+      width = std::max(width, lengths[static_cast<size_t>(i)]);
+      longest_new = std::max(longest_new, lengths[static_cast<size_t>(i)] - from[static_cast<size_t>(i)]);
+      kept_->reused_tokens += from[static_cast<size_t>(i)];
+    }
+    kept_->resumed_rows += n;
+    const size_t layers = held.front().keys.size();
+    // these rows' own cache: the kept prefixes, then the new tokens; one position past the longest row
+    // takes the padding's writes, which no real token attends
+    KVCache rows_cache;
+    for (size_t l = 0; l < layers; ++l) {
+      for (auto [from_tensors, to] : {std::pair{&KeptKV::Row::keys, &rows_cache.keys}, std::pair{&KeptKV::Row::values, &rows_cache.values}}) {
+        const torch::Tensor& like = (held.front().*from_tensors)[l];
+        auto cache = torch::zeros({n, like.size(0), width + 1, like.size(2)}, like.options());
+        for (int64_t i = 0; i < n; ++i)
+          cache[i].narrow(1, 0, from[static_cast<size_t>(i)]).copy_((held[static_cast<size_t>(i)].*from_tensors)[l].narrow(1, 0, from[static_cast<size_t>(i)]));
+        to->push_back(cache);
+      }
+    }
+    held.clear();  // the kept tensors are in rows_cache now
+    rows_cache.attend_length = width + 1;
+    const int64_t piece = settings_.prefill_positions > 0 ? settings_.prefill_positions : longest_new;
+    auto last_hidden = torch::Tensor();
+    for (int64_t start = 0; start < longest_new; start += piece) {
+      const int64_t count = std::min(piece, longest_new - start);
+      // padding: the pad token at the spare position
+      std::vector<int64_t> ids(static_cast<size_t>(n * count), params_.pad_id), positions(ids.size(), width);
+      std::vector<int64_t> last_at(static_cast<size_t>(n), -1);
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<int64_t>& prompt = prompts_[static_cast<size_t>(next_row_ + i)];
+        const int64_t first = from[static_cast<size_t>(i)] + start, end = std::min(first + count, lengths[static_cast<size_t>(i)]);
+        for (int64_t p = first; p < end; ++p) {
+          ids[static_cast<size_t>(i * count + p - first)] = prompt[static_cast<size_t>(p)];
+          positions[static_cast<size_t>(i * count + p - first)] = p;
+        }
+        if (first < end && end == lengths[static_cast<size_t>(i)]) last_at[static_cast<size_t>(i)] = end - 1 - first;
+      }
+      const auto hidden = model_->forward_slots(torch::tensor(ids, torch::kLong).view({n, count}).to(device_),
+                                                torch::tensor(positions, torch::kLong).view({n, count}).to(device_), rows_cache);
+      if (!last_hidden.defined()) last_hidden = torch::zeros({n, hidden.size(2)}, hidden.options());
+      for (int64_t i = 0; i < n; ++i)
+        if (last_at[static_cast<size_t>(i)] >= 0) last_hidden[i].copy_(hidden[i][last_at[static_cast<size_t>(i)]]);
+    }
+    for (int64_t i = 0; i < n; ++i) stats_.prefill_tokens += lengths[static_cast<size_t>(i)] - from[static_cast<size_t>(i)];
+    const auto last_logits = model_->logits(last_hidden).to(torch::kFloat32);
+    ensure_slot_cache(rows_cache.keys, rows_cache.values);
+    std::vector<int64_t> sources(static_cast<size_t>(n));
+    std::iota(sources.begin(), sources.end(), 0);
+    return place(free_slots, used, lengths, sources, rows_cache.keys, rows_cache.values, /*width=*/-1, last_logits);
   }
 
   // Prefills `prompts` (distinct, in row order) and puts their pending rows (at most `admitted - used`
@@ -242,53 +333,76 @@ class Engine {
     cache_.rope_state = prefilled.rope_state;
     const auto last_logits = model_->logits(hidden.select(1, hidden.size(1) - 1)).to(torch::kFloat32);
     ++stats_.prefills;
-    if (keys_.empty()) {  // the slots' cache, in the dtype the cache stores (autocast's)
-      const int64_t max_len = max_prompt_ + T_;
-      for (size_t l = 0; l < prefilled.keys.size(); ++l) {
-        const auto& k = prefilled.keys[l];
-        keys_.push_back(torch::zeros({settings_.slots, k.size(1), max_len, k.size(3)}, k.options()));
-        values_.push_back(torch::zeros({settings_.slots, k.size(1), max_len, k.size(3)}, prefilled.values[l].options()));
+    for (const auto& prompt : chunk) stats_.prefill_tokens += static_cast<int64_t>(prompt.size());
+    ensure_slot_cache(prefilled.keys, prefilled.values);
+    std::vector<int64_t> lengths, sources;
+    for (size_t j = 0; j < prompts.size(); ++j)
+      for (int64_t r = next_row_ + static_cast<int64_t>(lengths.size());
+           r < N_ && r / G_ == prompts[j] && static_cast<int64_t>(used + lengths.size()) < admitted; ++r) {
+        lengths.push_back(static_cast<int64_t>(chunk[j].size()));
+        sources.push_back(static_cast<int64_t>(j));
       }
-      cache_.keys = keys_;  // the same tensors: moves and writes are in place
-      cache_.values = values_;
+    return place(free_slots, used, lengths, sources, prefilled.keys, prefilled.values, width, last_logits);
+  }
+
+  // The slots' cache, in the dtype the cache stores (autocast's), shaped after the first keys and
+  // values a prefill or a resume holds ([rows, H_kv, positions, D] per layer).
+  void ensure_slot_cache(const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values) {
+    if (!keys_.empty()) return;
+    const int64_t max_len = max_prompt_ + T_;
+    for (size_t l = 0; l < keys.size(); ++l) {
+      const auto& k = keys[l];
+      keys_.push_back(torch::zeros({settings_.slots, k.size(1), max_len, k.size(3)}, k.options()));
+      values_.push_back(torch::zeros({settings_.slots, k.size(1), max_len, k.size(3)}, values[l].options()));
     }
-    std::vector<int64_t> placed_slots, placed_rows, placed_lengths, source;
+    cache_.keys = keys_;  // the same tensors: moves and writes are in place
+    cache_.values = values_;
+  }
+
+  // The next lengths.size() pending rows into free_slots[used...]: row k's `lengths[k]` prompt
+  // positions from row sources[k] of `keys`/`values` ([rows, H_kv, positions, D] per layer; its prompt
+  // right-aligned at `width` when width >= 0, from position 0 when width < 0), its first token's logits
+  // last_logits[sources[k]]. Returns the number of rows placed.
+  size_t place(const std::vector<int64_t>& free_slots, size_t used, const std::vector<int64_t>& lengths,
+               const std::vector<int64_t>& sources, const std::vector<torch::Tensor>& keys,
+               const std::vector<torch::Tensor>& values, int64_t width, const torch::Tensor& last_logits) {
+    if (lengths.empty()) return 0;
+    std::vector<int64_t> placed_slots, placed_rows;
     std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> by_length;  // length -> slots, sources
-    for (size_t j = 0; j < prompts.size(); ++j) {
-      const int64_t p = prompts[j], length = static_cast<int64_t>(chunk[j].size());
-      for (; next_row_ < N_ && next_row_ / G_ == p && static_cast<int64_t>(used) < admitted; ++next_row_, ++used) {
-        const int64_t slot = free_slots[used];
-        by_length[length].first.push_back(slot);
-        by_length[length].second.push_back(static_cast<int64_t>(j));
-        slots_[static_cast<size_t>(slot)] = Slot{next_row_, length, 0};
-        placed_slots.push_back(slot);
-        placed_rows.push_back(next_row_);
-        placed_lengths.push_back(length);
-        source.push_back(static_cast<int64_t>(j));
-      }
+    for (size_t k = 0; k < lengths.size(); ++k, ++next_row_) {
+      const int64_t slot = free_slots[used + k];
+      by_length[lengths[k]].first.push_back(slot);
+      by_length[lengths[k]].second.push_back(sources[k]);
+      slots_[static_cast<size_t>(slot)] = Slot{next_row_, lengths[k], 0};
+      placed_slots.push_back(slot);
+      placed_rows.push_back(next_row_);
     }
-    if (placed_slots.empty()) return 0;
-    // the prompts' keys and values, left-padded there, from position 0 in their slots: one copy per
-    // layer for all the rows of a prompt length (the G rows of a prompt share its prefill)
+    // the prompts' keys and values from position 0 in their slots: one copy per layer for all the rows
+    // of a prompt length (the G rows of a prompt share its prefill)
     for (const auto& [length, slots_and_sources] : by_length) {
-      const auto slots = torch::tensor(slots_and_sources.first, torch::kLong).to(device_);
-      const auto sources = torch::tensor(slots_and_sources.second, torch::kLong).to(device_);
+      const auto slot_index = torch::tensor(slots_and_sources.first, torch::kLong).to(device_);
+      const auto source_index = torch::tensor(slots_and_sources.second, torch::kLong).to(device_);
+      const int64_t first = width >= 0 ? width - length : 0;
       for (size_t l = 0; l < keys_.size(); ++l) {
-        keys_[l].narrow(2, 0, length).index_copy_(0, slots, prefilled.keys[l].narrow(2, width - length, length).index_select(0, sources));
-        values_[l].narrow(2, 0, length).index_copy_(0, slots, prefilled.values[l].narrow(2, width - length, length).index_select(0, sources));
+        keys_[l].narrow(2, 0, length).index_copy_(0, slot_index, keys[l].narrow(2, first, length).index_select(0, source_index));
+        values_[l].narrow(2, 0, length).index_copy_(0, slot_index, values[l].narrow(2, first, length).index_select(0, source_index));
       }
     }
     const auto slot_index = torch::tensor(placed_slots, torch::kLong).to(device_);
-    const auto source_index = torch::tensor(source, torch::kLong).to(device_);
+    const auto source_index = torch::tensor(sources, torch::kLong).to(device_);
     const int64_t n = slot_index.size(0);
-    positions_.index_copy_(0, slot_index, torch::tensor(placed_lengths, torch::kLong).to(device_));
+    positions_.index_copy_(0, slot_index, torch::tensor(lengths, torch::kLong).to(device_));
     steps_.index_copy_(0, slot_index, torch::zeros({n}, on_device(torch::kLong)));
     rows_.index_copy_(0, slot_index, torch::tensor(placed_rows, torch::kLong).to(device_));
     done_.index_copy_(0, slot_index, torch::zeros({n}, on_device(torch::kBool)));
     logits_.index_copy_(0, slot_index, last_logits.index_select(0, source_index));
     if (penalty_) {  // the prompt left-padded to the longest of the generation, as one batch would hold it
       auto padded = torch::full({n, max_prompt_ + T_}, params_.pad_id, torch::kLong);
-      padded.narrow(1, 0, max_prompt_).narrow(1, max_prompt_ - width, width).copy_(ids.index_select(0, source_index.cpu()));
+      for (int64_t k = 0; k < n; ++k) {
+        const auto& prompt = prompts_[static_cast<size_t>(placed_rows[static_cast<size_t>(k)] / G_)];
+        const int64_t length = static_cast<int64_t>(prompt.size());
+        padded[k].narrow(0, max_prompt_ - length, length).copy_(torch::tensor(prompt, torch::kLong));
+      }
       penalty_ids_.index_copy_(0, slot_index, padded.to(device_));
     }
     return placed_slots.size();
@@ -413,12 +527,13 @@ class Engine {
     // for stop strings, the rows' tokens
     const auto rows = rows_.narrow(0, 0, live);
     std::vector<torch::Tensor> parts{done_.narrow(0, 0, live).to(torch::kLong), eos_end_.index_select(0, rows)};
-    if (!so_far_.empty()) parts.push_back(out_ids_.index_select(0, rows).reshape({-1}));
+    const bool read_ids = !so_far_.empty() || kept_;
+    if (read_ids) parts.push_back(out_ids_.index_select(0, rows).reshape({-1}));
     const auto host = torch::cat(parts).to(torch::kCPU);
     const auto done = host.narrow(0, 0, live).to(torch::kBool);
     const auto eos_end = host.narrow(0, live, live);
     torch::Tensor ids;
-    if (!so_far_.empty()) ids = host.narrow(0, 2 * live, live * out_ids_.size(1)).view({live, out_ids_.size(1)});
+    if (read_ids) ids = host.narrow(0, 2 * live, live * out_ids_.size(1)).view({live, out_ids_.size(1)});
     const auto done_a = done.accessor<bool, 1>();
     const auto eos_a = eos_end.accessor<int64_t, 1>();
     for (int64_t i = 0; i < live; ++i) {
@@ -443,6 +558,7 @@ class Engine {
       if (end < 0) continue;
       row_end_[row] = end;
       ended_[row] = ended;
+      if (kept_) keep(i, slot, end, ids.accessor<int64_t, 2>());
       slot = Slot{};
     }
     // freed slots write to the dummy row until they are refilled or packed away
@@ -454,6 +570,20 @@ class Engine {
       rows_.index_fill_(0, index, N_);
       done_.index_fill_(0, index, true);
     }
+  }
+
+  // A row that ended in slot i after `end` tokens: its sequence and the keys and values of all of it
+  // but the last token (sampled, never fed), into the store for its next turn.
+  void keep(int64_t i, const Slot& slot, int64_t end, const at::TensorAccessor<int64_t, 2>& ids) {
+    KeptKV::Row kept;
+    kept.tokens = prompts_[static_cast<size_t>(slot.row / G_)];
+    for (int64_t t = 0; t < end; ++t) kept.tokens.push_back(ids[i][t]);
+    kept.valid = slot.prompt_length + std::max<int64_t>(end - 1, 0);
+    for (size_t l = 0; l < keys_.size(); ++l) {
+      kept.keys.push_back(keys_[l][i].narrow(1, 0, kept.valid).clone());
+      kept.values.push_back(values_[l][i].narrow(1, 0, kept.valid).clone());
+    }
+    kept_->keep(stream_.global_row(slot.row), std::move(kept));
   }
 
   bool stop_string_in(const std::string& text) const {
@@ -496,6 +626,7 @@ class Engine {
   const SamplingParams& params_;
   const SamplingStream& stream_;
   const Tokenizer* tokenizer_;
+  KeptKV* kept_ = nullptr;  // where ended rows leave their keys and values, and resumed rows find them
   torch::Device device_;
   EngineSettings settings_;
   int64_t G_ = 1, N_ = 0, T_ = 0, max_prompt_ = 0;
@@ -526,10 +657,10 @@ class Engine {
 
 GenerationOutput run_generation_engine(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const SamplingParams& params, const SamplingStream& stream,
-                                       const Tokenizer* tokenizer) {
+                                       const Tokenizer* tokenizer, KeptKV* kept) {
   const bool was_training = model->is_training();
   model->eval();
-  Engine engine(model, prompts, params, stream, tokenizer);
+  Engine engine(model, prompts, params, stream, tokenizer, kept);
   GenerationOutput out = engine.run();
   if (was_training) model->train();
   return out;

@@ -52,13 +52,14 @@ torch::Tensor process_logits(const torch::Tensor& scores_in, const torch::Tensor
 }
 
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const SamplingParams& params, const SamplingStream& stream, const Tokenizer* tokenizer) {
+                          const SamplingParams& params, const SamplingStream& stream, const Tokenizer* tokenizer,
+                          KeptKV* kept) {
   GenerationOutput out;
   {
     // no autograd bookkeeping on the many small ops of decoding; the results are cloned out of
     // inference mode so that training may save them for backward
     c10::InferenceMode inference;
-    out = run_generation_engine(model, prompts, params, stream, tokenizer);
+    out = run_generation_engine(model, prompts, params, stream, tokenizer, kept);
   }
   for (torch::Tensor* t : {&out.prompt_ids, &out.prompt_mask, &out.completion_ids, &out.completion_mask, &out.truncated, &out.logprobs,
                           &out.entropies, &out.nonfinite})

@@ -97,6 +97,7 @@ const std::vector<ResumeFreeKey>& resume_free_keys() {
       {"generation.prefill_chunk", "the same prompts, prefilled in other passes"},
       {"generation.sync_interval", "the same tokens per row, the host looking more or less often"},
       {"generation.cuda_graphs", "the same decode step, replayed from a graph or run eagerly"},
+      {"agent.keep_kv_cache", "the same later turns, on kept keys and values or prefilled again"},
       {"grpo.logprob_chunk_size", "the same log-probs in other chunks"},
       {"grpo.logprob_sequence_chunk_size", "the same log-probs in other pieces along the sequence"},
       {"grpo.entropy_threshold_method", "the same threshold, found another way"},

@@ -10,6 +10,7 @@
 #include "rayless/agent/environment_reward.h"
 #include "rayless/agent/tool_chat.h"
 #include "rayless/agent/tool_workers.h"
+#include "rayless/base/log.h"
 #include "rayless/comm/communicator.h"
 #include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
@@ -81,15 +82,16 @@ void Trainer::reset_environments(std::vector<PromptRow>& rows, const std::vector
   }
 }
 
-GenerateTurn Trainer::sampler_turns(const SamplingParams& params, const SamplingStream& stream) {
+GenerateTurn Trainer::sampler_turns(const SamplingParams& params, const SamplingStream& stream,
+                                    std::shared_ptr<KeptKV> kept) {
   // each later turn draws from a stream of its own, each row still by its global index
-  return [this, params, stream, turn = int64_t{0}](const std::vector<std::vector<int64_t>>& prompts,
-                                                   const std::vector<size_t>& rows, int64_t max_new_tokens) mutable {
+  return [this, params, stream, kept, turn = int64_t{0}](const std::vector<std::vector<int64_t>>& prompts,
+                                                         const std::vector<size_t>& rows, int64_t max_new_tokens) mutable {
     SamplingParams p = params;
     p.num_generations = 1;  // each row continues its own conversation
     p.max_new_tokens = max_new_tokens;
     ops::AutocastScope autocast(cfg_.train.bf16, device_);
-    return turn_output(generate(policy_, prompts, p, continuation_stream(stream, ++turn, rows), tokenizer_.get()));
+    return turn_output(generate(policy_, prompts, p, continuation_stream(stream, ++turn, rows), tokenizer_.get(), kept.get()));
   };
 }
 
@@ -110,13 +112,20 @@ GenerateTurn Trainer::replayed_turns(const std::vector<std::vector<std::vector<i
 }
 
 void Trainer::roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate,
-                             const std::vector<std::string>& where) {
+                             const std::vector<std::string>& where, const KeptKV* kept) {
   AgentLimits limits;
   limits.max_completion_length = cfg_.generation.max_completion_length;
   limits.max_tool_calling_iterations = cfg_.agent.max_tool_calling_iterations;
   limits.max_model_len = policy_->config().max_position_embeddings;
   drawn.rollouts = run_tool_loop(*tool_chat_, *tool_workers_, tool_workers_->schemas(), drawn.rows.prompt_ids,
                                  std::move(first), generate, limits, [&](size_t i) { return where[i]; });
+  if (kept && kept->resumed_rows > 0) {
+    static bool said = false;  // once per process: that the kept keys and values are in use, and what they saved
+    if (!said)
+      log_info(str("tools: later turns resume on kept keys and values (agent.keep_kv_cache): ", kept->resumed_rows,
+                   " rows of this generation skipped ", kept->reused_tokens, " prompt tokens"));
+    said = true;
+  }
 
   // the completions as the sampler would have given them: right-padded, ended by EOS or truncated
   const SamplingParams params = sampling_params_from_config(cfg_.generation, *tokenizer_);

@@ -66,11 +66,13 @@ StepMetrics Trainer::evaluate() {
     for (int64_t i = rank; i < eval_dataset_.size(); i += world)
       for (int64_t g = 0; g < G; ++g) stream.rows.push_back(i * G + g);
     policy_->eval();
+    const auto kept = tool_chat_ && cfg_.agent.keep_kv_cache ? std::make_shared<KeptKV>() : nullptr;
     {
       ops::AutocastScope autocast(cfg_.train.bf16, device_);
-      drawn.sampled = generate(policy_, per_row ? drawn.rows.prompt_ids : unique_prompts, params, stream, tokenizer_.get());
+      drawn.sampled = generate(policy_, per_row ? drawn.rows.prompt_ids : unique_prompts, params, stream, tokenizer_.get(),
+                               kept.get());
     }
-    if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream), where);
+    if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream, kept), where, kept.get());
     policy_->train();
     take_sampled(drawn, optimizer_step_);
     drawn.rows.advantages = torch::zeros({drawn.rows.size()}, torch::kFloat32);

@@ -149,12 +149,15 @@ Trainer::Drawn Trainer::draw_sampled(int64_t generation_step, const RowPiece& pi
   const SamplingStream stream = sampling_stream(cfg_.train.seed, generation_step, "sample", piece.first);
   policy_->eval();
   const auto start = Clock::now();
+  // tools: the rows that end a turn keep their keys and values for the next (agent.keep_kv_cache)
+  const auto kept = tool_chat_ && cfg_.agent.keep_kv_cache ? std::make_shared<KeptKV>() : nullptr;
   {
     ops::AutocastScope autocast(cfg_.train.bf16, device_);  // TRL generates under its autocast too
-    drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, stream, tokenizer_.get());
+    drawn.sampled = generate(policy_, whole_groups ? unique_prompts : drawn.rows.prompt_ids, params, stream, tokenizer_.get(),
+                             kept.get());
   }
   // tools: the rows that called one continue, each from its own conversation
-  if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream), drawn.where);
+  if (tool_chat_) roll_out_tools(drawn, turn_output(drawn.sampled), sampler_turns(params, stream, kept), drawn.where, kept.get());
   sampling_seconds_ += seconds_since(start);
   policy_->train();
   take_sampled(drawn, generation_step);

@@ -65,6 +65,21 @@ grep -q "\[tool, out of the loss\]" "$work/show.txt" && grep -q "result: add -> 
   && grep -q "model tokens" "$work/h5py.txt" && grep -q "tool: '5'" "$work/h5py.txt" \
   || { cat "$work/h5py.txt"; fail "tools/read_rollouts.py --show prints no model tokens or tool result"; }
 echo "PASS: inspect and tools/read_rollouts.py show the conversation"
+# later turns on the kept keys and values (agent.keep_kv_cache, the default) against prefilling every
+# turn again, as TRL does: the same conversations, token for token
+grep -q "tools: later turns resume on kept keys and values" "$work/calc.log" || { cat "$work/calc.log"; fail "no turn resumed on kept keys and values"; }
+(cd "$work" && "$rayless" train --config "$src/configs/calculator-tools.toml" --output "$work/calc-prefill" "${common[@]}" \
+  --set agent.keep_kv_cache=false) > "$work/calc-prefill.log" 2>&1 || { cat "$work/calc-prefill.log"; fail "the calculator run, prefilling every turn"; }
+/usr/bin/python3 - "$work/calc" "$work/calc-prefill" <<'PY' || fail "kept keys and values changed the conversations"
+import sys
+import h5py
+with h5py.File(f"{sys.argv[1]}/rollouts/index.h5", "r") as kept, h5py.File(f"{sys.argv[2]}/rollouts/index.h5", "r") as prefill:
+    for step in ("step_00000000", "step_00000001"):
+        a, b = kept[f"{step}/rank_00000"], prefill[f"{step}/rank_00000"]
+        for name in ("completion_ids", "completion_offsets", "tool_mask"):
+            assert (a[name][()] == b[name][()]).all(), (step, name)
+print("PASS: later turns on kept keys and values give the conversations of prefilling every turn")
+PY
 
 # ---- 2. guess-a-number: an environment over 3+ turns --------------------------------------------
 /usr/bin/python3 - "$work/guess.jsonl" <<'PY'

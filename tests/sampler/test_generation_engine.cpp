@@ -324,3 +324,59 @@ TEST_CASE("engine: prompts prefilled in pieces along the sequence give the rows 
   CHECK(resolve_engine_settings(p, 8, torch::kCPU, false).prefill_positions == 5);
   CHECK(resolve_engine_settings(p, 8, torch::kCPU, /*single_wave=*/true).prefill_positions == 0);
 }
+
+// Issue 50 item 4: a row that ended its turn (a tool call) keeps its keys and values; when it comes back
+// with the tool's result appended, only the new tokens run through the model, and it samples what a
+// fresh prefill of the whole conversation samples (the same random numbers, the same tokens, log-probs
+// within float32 rounding), whatever the slots and the sync interval.
+TEST_CASE("engine: rows resumed from their kept keys and values sample as a fresh prefill of the conversation does") {
+  CausalLM model = tiny_model();
+  for (const bool greedy : {false, true}) {
+    INFO((greedy ? "greedy" : "sampled"));
+    const SamplingParams p = varied_lengths(greedy);
+    const SamplingStream stream(31);
+    KeptKV kept;
+    const auto first = generate(model, kPrompts, p, stream, nullptr, &kept);
+    CHECK(kept.size() == 12);  // every row of the turn, by its global row
+    // rows 0, 2, 5, 7, 11 continue: prompt + their turn + a tool result of 1 to 9 tokens; row 7's turn
+    // is cut to 2 tokens first (as the tool loop cuts a turn to the row's budget)
+    const std::vector<size_t> rows = {0, 2, 5, 7, 11};
+    std::vector<std::vector<int64_t>> conversations;
+    int64_t expected_fed = 0, fresh_fed = 0;
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const int64_t r = static_cast<int64_t>(rows[k]);
+      const auto& prompt = kPrompts[static_cast<size_t>(r / 3)];
+      const int64_t length = first.completion_mask[r].sum().item<int64_t>();
+      std::vector<int64_t> conversation = prompt;
+      const int64_t used = rows[k] == 7 ? std::min<int64_t>(length, 2) : length;
+      for (int64_t t = 0; t < used; ++t) conversation.push_back(first.completion_ids[r][t].item<int64_t>());
+      for (int64_t t = 0; t < static_cast<int64_t>(2 * k + 1); ++t) conversation.push_back(60 + 7 * t + static_cast<int64_t>(k));
+      // kept: the prompt and the whole turn but its last token; the conversation shares prompt + used
+      const int64_t valid = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(length - 1, 0);
+      const int64_t shared = static_cast<int64_t>(prompt.size()) + used;
+      expected_fed += static_cast<int64_t>(conversation.size()) - std::min({shared, valid, static_cast<int64_t>(conversation.size()) - 1});
+      fresh_fed += static_cast<int64_t>(conversation.size());
+      conversations.push_back(conversation);
+    }
+    SamplingParams q = p;
+    q.num_generations = 1;
+    q.max_new_tokens = 10;
+    q.row_max_new_tokens.clear();
+    const SamplingStream turn = continuation_stream(stream, 1, rows);
+    const auto fresh = generate(model, conversations, q, turn);
+    CHECK(fresh.stats.prefill_tokens == fresh_fed);
+    for (const int64_t slots : {0, 1, 2}) {
+      for (const int64_t sync : {1, 3}) {
+        INFO("slots " << slots << ", sync interval " << sync);
+        KeptKV store = kept;  // each run takes the kept rows it resumes
+        q.slots = slots;
+        q.sync_interval = sync;
+        const auto resumed = generate(model, conversations, q, turn, nullptr, &store);
+        check_same_rows(resumed, fresh);
+        CHECK(store.resumed_rows == 5);
+        CHECK(resumed.stats.prefill_tokens == expected_fed);  // only the new tokens ran
+        CHECK(expected_fed < fresh_fed / 2);
+      }
+    }
+  }
+}

@@ -114,6 +114,7 @@ struct EnvironmentConfig {
 struct AgentConfig {
   int64_t max_tool_calling_iterations = -1;  // TRL's None: -1 = no limit; 0 = tools never run
   std::string tool_call_format = "auto";     // auto (from the chat template) | qwen | llama3
+  bool keep_kv_cache = true;                 // later turns resume on the kept keys and values (kept_kv.h)
 };
 
 struct GrpoConfig {

@@ -67,6 +67,6 @@ int64_t slot_bytes(const ModelArchConfig& arch, torch::Dtype cache_dtype, int64_
 // One generation (under inference mode; generate() wraps it).
 GenerationOutput run_generation_engine(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                        const SamplingParams& params, const SamplingStream& stream,
-                                       const Tokenizer* tokenizer);
+                                       const Tokenizer* tokenizer, KeptKV* kept = nullptr);
 
 }  // namespace rayless

@@ -13,6 +13,7 @@
 
 #include "rayless/model/model.h"
 #include "rayless/hf/tokenizer.h"
+#include "rayless/sampler/kept_kv.h"
 #include "rayless/sampler/sampling_stream.h"
 
 namespace rayless {
@@ -53,6 +54,7 @@ struct EngineStats {
   int64_t tokens = 0;            // completion tokens kept (the rows' lengths)
   int64_t host_syncs = 0;        // times the host read the device's finished flags
   int64_t prefills = 0;          // prefill passes
+  int64_t prefill_tokens = 0;    // prompt tokens run through the model before decoding (kept ones not counted)
   double occupancy() const { return slot_steps > 0 ? double(tokens) / double(slot_steps) : 0.0; }
 };
 
@@ -79,9 +81,11 @@ SamplingParams sampling_params_from_config(const GenerationConfig& config, const
 
 // Runs under no_grad and eval semantics; output row i draws its uniforms from stream's global row
 // stream.global_row(i), so a key reproduces the output. tokenizer is needed only for stop strings.
+// With `kept`, rows that end leave their keys and values there (by global row), and rows whose
+// prompt continues what the store holds for them start from those instead of a prefill (kept_kv.h).
 GenerationOutput generate(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                           const SamplingParams& params, const SamplingStream& stream,
-                          const Tokenizer* tokenizer = nullptr);
+                          const Tokenizer* tokenizer = nullptr, KeptKV* kept = nullptr);
 
 // The logit processing alone, on float scores [N, V] with the ids so far [N, L] (for tests and the trainer).
 torch::Tensor process_logits(const torch::Tensor& scores, const torch::Tensor& ids_so_far, const SamplingParams& params);

@@ -143,8 +143,11 @@ class Trainer {
   // reset(**row) of environment instance i for row i; the observation joins the row's last message
   void reset_environments(std::vector<PromptRow>& rows, const std::vector<std::string>& where);
   // the multi-turn tool loop after each row's first turn; the batch's completion tensors from its rollouts
-  void roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate, const std::vector<std::string>& where);
-  GenerateTurn sampler_turns(const SamplingParams& params, const SamplingStream& stream);
+  void roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn& generate, const std::vector<std::string>& where,
+                      const KeptKV* kept = nullptr);
+  // Later turns of conversations by the sampler; rows resume from the keys and values `kept` holds
+  // for them (generate's store, filled by the first turn; null: each turn prefills again).
+  GenerateTurn sampler_turns(const SamplingParams& params, const SamplingStream& stream, std::shared_ptr<KeptKV> kept);
   GenerateTurn replayed_turns(const std::vector<std::vector<std::vector<int64_t>>>& turns, std::vector<size_t>& next,
                               const std::string& where);
   StepMetrics tool_metrics(const Drawn& drawn) const;
