@@ -103,6 +103,20 @@ ops::LogprobsAndEntropies unpadded_logprobs(CausalLM& model, const std::vector<s
   return score_packed(model, hidden, source, scored_flat, completion_ids, options);
 }
 
+// The distinct prompts among the first B, in order of first use, and per row which one it continues.
+std::pair<std::vector<std::vector<int64_t>>, torch::Tensor> distinct_prompts(const std::vector<std::vector<int64_t>>& prompts,
+                                                                               int64_t B) {
+  std::map<std::vector<int64_t>, int64_t> prompt_number;
+  std::vector<std::vector<int64_t>> distinct;
+  auto prompt_of_row = torch::empty({B}, torch::TensorOptions().dtype(torch::kInt64));
+  for (int64_t b = 0; b < B; ++b) {
+    auto [it, added] = prompt_number.emplace(prompts[static_cast<size_t>(b)], static_cast<int64_t>(distinct.size()));
+    if (added) distinct.push_back(it->first);
+    prompt_of_row[b] = it->second;
+  }
+  return {distinct, prompt_of_row};
+}
+
 ops::LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                      const torch::Tensor& completion_ids_in, const torch::Tensor& completion_mask_in,
                                      const CompletionLogprobOptions& options) {
@@ -113,14 +127,7 @@ ops::LogprobsAndEntropies packed_logprobs(CausalLM& model, const std::vector<std
   const auto scored = (completion_mask_in.cpu() != 0).contiguous();
 
   // the distinct prompts and, per row, which one it continues
-  std::map<std::vector<int64_t>, int64_t> prompt_number;
-  std::vector<std::vector<int64_t>> distinct;
-  auto prompt_of_row = torch::empty({B}, long_cpu);
-  for (int64_t b = 0; b < B; ++b) {
-    auto [it, added] = prompt_number.emplace(prompts[static_cast<size_t>(b)], static_cast<int64_t>(distinct.size()));
-    if (added) distinct.push_back(it->first);
-    prompt_of_row[b] = it->second;
-  }
+  const auto [distinct, prompt_of_row] = distinct_prompts(prompts, B);
   auto [prompt_ids, prompt_mask] = left_pad(distinct, options.pad_id);
 
   // Which hidden state scores which token. Packed prompt tokens are numbered in row-major order, so
@@ -177,18 +184,10 @@ ops::LogprobsAndEntropies sequence_chunked_logprobs(CausalLM& model, const std::
                                                const torch::Tensor& completion_mask_in,
                                                const CompletionLogprobOptions& options) {
   const auto device = model->device();
-  const auto long_cpu = torch::TensorOptions().dtype(torch::kInt64);
   const int64_t B = completion_ids_in.size(0), T = completion_ids_in.size(1);
   const auto completion_ids = completion_ids_in.cpu().contiguous();
   const auto scored = (completion_mask_in.cpu() != 0).contiguous();
-  std::map<std::vector<int64_t>, int64_t> prompt_number;
-  std::vector<std::vector<int64_t>> distinct;
-  auto prompt_of_row = torch::empty({B}, long_cpu);
-  for (int64_t b = 0; b < B; ++b) {
-    auto [it, added] = prompt_number.emplace(prompts[static_cast<size_t>(b)], static_cast<int64_t>(distinct.size()));
-    if (added) distinct.push_back(it->first);
-    prompt_of_row[b] = it->second;
-  }
+  const auto [distinct, prompt_of_row] = distinct_prompts(prompts, B);
   auto [prompt_ids, prompt_mask] = left_pad(distinct, options.pad_id);
   const int64_t P = prompt_ids.size(1);
   // positions 0 .. needed-1 score tokens 1 .. needed (a row's last scored token at most `needed`)
