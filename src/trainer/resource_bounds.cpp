@@ -87,6 +87,14 @@ std::string MemoryEstimate::describe() const {
   return out;
 }
 
+namespace {
+// The rows whose KV cache the engine's slots hold at once: every row of the generation batch unless
+// generation.slots is lower.
+int64_t rows_in_slots(const Config& c, int64_t batch_rows) {
+  return c.generation.slots > 0 ? std::min(c.generation.slots, batch_rows) : batch_rows;
+}
+}  // namespace
+
 MemoryEstimate training_memory(const Config& c, const ModelArchConfig& arch, int64_t world_size) {
   const torch::Dtype dtype = torch_dtype_of(c.model.dtype);
   const int64_t element = element_bytes(dtype);
@@ -94,9 +102,8 @@ MemoryEstimate training_memory(const Config& c, const ModelArchConfig& arch, int
   const int64_t activation = c.train.bf16 && element > 2 ? 2 : element;
   const int64_t parameters = arch.num_parameters();
   const int64_t positions = c.data.max_prompt_length + c.generation.max_completion_length;
-  // the engine's slots hold the KV cache: every row of the generation batch unless generation.slots is lower
   const int64_t batch_rows = c.train.per_device_train_batch_size * c.effective_steps_per_generation(world_size);
-  const int64_t generation_rows = c.generation.slots > 0 ? std::min(c.generation.slots, batch_rows) : batch_rows;
+  const int64_t generation_rows = rows_in_slots(c, batch_rows);
   const int64_t micro_rows = c.train.per_device_train_batch_size;
   MemoryEstimate e;
   e.parts.push_back({"weights", product({parameters, element, c.grpo.beta > 0 && !c.lora.enabled ? 2 : 1})});
@@ -134,8 +141,7 @@ std::string memory_bounds(const Config& c, const ModelArchConfig& arch, int64_t 
   const std::string generation_batch = str("train.per_device_train_batch_size ", c.train.per_device_train_batch_size,
                                            " x steps_per_generation ", steps);
   const auto auto_or = [](int64_t value) { return value > 0 ? std::to_string(value) : std::string("auto"); };
-  // the engine's slots hold the KV cache: every row of the generation batch unless generation.slots is lower
-  const int64_t slot_rows = c.generation.slots > 0 ? std::min(c.generation.slots, generation_rows) : generation_rows;
+  const int64_t slot_rows = rows_in_slots(c, generation_rows);
   // the passes without gradients go along the completions in pieces of grpo.logprob_sequence_chunk_size
   const int64_t sequence_chunk = c.grpo.logprob_sequence_chunk_size;
   const bool in_pieces = sequence_chunk > 0 && c.generation.max_completion_length > sequence_chunk;
