@@ -96,6 +96,11 @@ class Engine {
     settings_ = resolve_engine_settings(params, N_, device_, single_wave, slot_memory());
     // kept keys and values: not under dynamic RoPE, whose one wave shares the rotary state
     if (!single_wave) kept_ = kept;
+    if (kept_) {  // rows not continued now have left the tool loop: their keys and values go
+      std::vector<int64_t> rows(static_cast<size_t>(N_));
+      for (int64_t r = 0; r < N_; ++r) rows[static_cast<size_t>(r)] = stream_.global_row(r);
+      kept_->keep_only(rows);
+    }
     stats_.slots = settings_.slots;
     // the slot count when it changes (a single row, `rayless generate`'s, needs no line)
     static int64_t said_slots = -1, said_rows = -1;
@@ -357,6 +362,11 @@ class Engine {
     }
     cache_.keys = keys_;  // the same tensors: moves and writes are in place
     cache_.values = values_;
+    if (kept_ && kept_->budget_bytes < 0) {
+      int64_t bytes = 0;
+      for (size_t l = 0; l < keys_.size(); ++l) bytes += static_cast<int64_t>(keys_[l].nbytes() + values_[l].nbytes());
+      kept_->budget_bytes = bytes;
+    }
   }
 
   // The next lengths.size() pending rows into free_slots[used...]: row k's `lengths[k]` prompt

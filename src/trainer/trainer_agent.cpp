@@ -14,6 +14,7 @@
 #include "rayless/comm/communicator.h"
 #include "rayless/hf/tokenizer.h"
 #include "rayless/rewards/rewards.h"
+#include "rayless/runtime/available_memory.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/trainer/step_metrics.h"
 #include "rayless/trainer/trainer.h"
@@ -123,7 +124,10 @@ void Trainer::roll_out_tools(Drawn& drawn, TurnOutput first, const GenerateTurn&
     static bool said = false;  // once per process: that the kept keys and values are in use, and what they saved
     if (!said)
       log_info(str("tools: later turns resume on kept keys and values (agent.keep_kv_cache): ", kept->resumed_rows,
-                   " rows of this generation skipped ", kept->reused_tokens, " prompt tokens"));
+                   " rows of this generation skipped ", kept->reused_tokens, " prompt tokens",
+                   kept->dropped_rows > 0 ? str("; ", kept->dropped_rows, " rows prefilled again, over the store's budget of ",
+                                                bytes_text(static_cast<double>(kept->budget_bytes)), " (the slots' cache)")
+                                          : std::string()));
     said = true;
   }
 

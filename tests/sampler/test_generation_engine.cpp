@@ -378,5 +378,21 @@ TEST_CASE("engine: rows resumed from their kept keys and values sample as a fres
         CHECK(expected_fed < fresh_fed / 2);
       }
     }
+    // the conversations that left the loop are dropped at the next turn; the ones that ended it stay
+    KeptKV store = kept;
+    generate(model, conversations, q, turn, nullptr, &store);
+    CHECK(store.size() == rows.size());
+    // a store over its budget keeps nothing: the next turn prefills, and samples the same
+    KeptKV small;
+    small.budget_bytes = 1;
+    generate(model, kPrompts, p, stream, nullptr, &small);
+    CHECK(small.empty());
+    CHECK(small.dropped_rows == 12);
+    const auto prefilled = generate(model, conversations, q, turn, nullptr, &small);
+    check_same_rows(prefilled, fresh);
+    CHECK(prefilled.stats.prefill_tokens == fresh_fed);
+    // left to itself the budget is the first generation's slot cache: all 12 rows fit in it
+    CHECK(kept.budget_bytes > 0);
+    CHECK(kept.bytes() <= kept.budget_bytes);
   }
 }

@@ -25,26 +25,63 @@ class KeptKV {
     std::vector<torch::Tensor> values;
   };
 
-  void keep(int64_t global_row, Row row) { rows_[global_row] = std::move(row); }
+  // Keeps a row unless that would take the store past budget_bytes (the row's next turn then prefills
+  // again). Returns whether it was kept.
+  bool keep(int64_t global_row, Row row) {
+    take(global_row);
+    const int64_t bytes = bytes_of(row);
+    if (budget_bytes >= 0 && bytes_ + bytes > budget_bytes) {
+      ++dropped_rows;
+      return false;
+    }
+    bytes_ += bytes;
+    rows_[global_row] = std::move(row);
+    return true;
+  }
   // The row's kept state, removed from the store (a resumed row's keys and values move into a slot).
   std::optional<Row> take(int64_t global_row) {
     const auto it = rows_.find(global_row);
     if (it == rows_.end()) return std::nullopt;
     Row row = std::move(it->second);
     rows_.erase(it);
+    bytes_ -= bytes_of(row);
     return row;
+  }
+  // Drops every row but these: a conversation that left the tool loop never comes back.
+  void keep_only(const std::vector<int64_t>& global_rows) {
+    std::unordered_map<int64_t, Row> staying;
+    for (const int64_t r : global_rows)
+      if (auto row = take(r)) staying.emplace(r, std::move(*row));
+    rows_.swap(staying);
+    bytes_ = 0;
+    for (const auto& [r, row] : rows_) bytes_ += bytes_of(row);
   }
   bool contains(int64_t global_row) const { return rows_.count(global_row) > 0; }
   bool empty() const { return rows_.empty(); }
   size_t size() const { return rows_.size(); }
-  void clear() { rows_.clear(); }
+  int64_t bytes() const { return bytes_; }
+  void clear() {
+    rows_.clear();
+    bytes_ = 0;
+  }
 
+  // The most bytes of keys and values the store holds; -1 until the engine sets it to the first
+  // generation's slot cache, so that keeping rows at most doubles what generation holds.
+  int64_t budget_bytes = -1;
+  int64_t dropped_rows = 0;  // rows not kept for the budget (their next turn prefilled again)
   // What resumed rows saved: tokens not prefilled again, and rows resumed.
   int64_t reused_tokens = 0;
   int64_t resumed_rows = 0;
 
  private:
+  static int64_t bytes_of(const Row& row) {
+    int64_t bytes = 0;
+    for (const auto* tensors : {&row.keys, &row.values})
+      for (const auto& t : *tensors) bytes += static_cast<int64_t>(t.nbytes());
+    return bytes;
+  }
   std::unordered_map<int64_t, Row> rows_;
+  int64_t bytes_ = 0;
 };
 
 }  // namespace rayless
