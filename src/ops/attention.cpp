@@ -52,10 +52,10 @@ torch::Tensor scaled_attention_buckets(const torch::Tensor& queries, const torch
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& allowed, double scale, bool enable_gqa) {
   const BackendTable& backend = backend_for(q.device());
-  // a decode step in one pass, grouped-query attention inside the kernel: no repeated copy of the keys
-  // and values
-  if (backend.decode_attention)
-    if (auto out = backend.decode_attention(q, k, v, allowed, scale); out.defined()) return out;
+  // the backend's own: on the CPU a decode step in one pass, on CUDA grouped-query heads folded into
+  // one attention per key head; both without a repeated copy of the keys and values
+  if (backend.padded_attention)
+    if (auto out = backend.padded_attention(q, k, v, allowed, scale); out.defined()) return out;
   return scaled_attention(q, k, v, allowed, scale, enable_gqa)
       .transpose(1, 2)
       .reshape({q.size(0), q.size(2), q.size(1) * q.size(3)});

@@ -3,7 +3,7 @@
 // which runs the kernel the plan chose (kernel_plan.h) where it applies to the operands and returns an
 // undefined result (or false) elsewhere; then the op runs its reference, LibTorch's operators. An
 // empty entry: the backend has no implementation of its own, the reference runs. The tables:
-// cpu/cpu_table.cpp, cuda/cuda_table.cpp (none yet: a CUDA kernel is one line there). Private to src/ops.
+// cpu/cpu_table.cpp, cuda/cuda_table.cpp (a CUDA kernel is one line there). Private to src/ops.
 #pragma once
 #include <torch/types.h>
 
@@ -37,7 +37,8 @@ struct BackendTable {
                                             const torch::Tensor& v, const std::vector<AttentionBucket>& buckets,
                                             double scale) = nullptr;
   bool (*attends_in_buckets)(int64_t positions_per_row) = nullptr;
-  torch::Tensor (*decode_attention)(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+  // the padded layout's attention (padded_attention): [rows, positions, H * D], or undefined
+  torch::Tensor (*padded_attention)(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const torch::Tensor& allowed, double scale) = nullptr;
 
   // RMSNorm (rms_norm.cpp)

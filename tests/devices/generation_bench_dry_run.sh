@@ -25,5 +25,9 @@ for run in rayless["runs"]:
     assert run["decode_steps"] == 8 and abs(run["slot_occupancy"] - 1.0) < 1e-9, run
     assert run["tokens_per_s"] > 0 and run["ms_per_decode_step"] > 0, run
 assert [row["rows"] for row in r["table"]] == [1, 4], r["table"]
+# the run with the grouped-query attention kernel off, matched to its row of the table
+unfolded = r["rayless_attention_unfolded"]
+assert [run["rows"] for run in unfolded["runs"]] == [4], unfolded
+assert [row["unfolded_attention_ms_per_step"] is not None for row in r["table"]] == [False, True], r["table"]
 print("generation bench dry run: complete")
 PY

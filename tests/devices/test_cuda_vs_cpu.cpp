@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include "rayless/hf/model_directory.h"
+#include "rayless/ops/kernel_plan.h"
+#include "rayless/ops/ops.h"
 #include "rayless/sampler/sampler.h"
 
 using namespace rayless;
@@ -66,4 +68,44 @@ TEST_CASE("cuda: sampling on the GPU is seeded: the same seed gives the same tok
   const GenerationOutput a = generate(gpu, {{5, 17, 42}}, params, g1, nullptr);
   const GenerationOutput b = generate(gpu, {{5, 17, 42}}, params, g2, nullptr);
   CHECK(torch::equal(a.completion_ids.cpu(), b.completion_ids.cpu()));
+}
+
+// The CUDA backend's attention (folded_gqa_attention: the query heads of a group as query positions of
+// their key head) against LibTorch's enable_gqa attention on the same device, in float32 and bfloat16,
+// then in the model: greedy tokens with the kernel equal the tokens without it.
+TEST_CASE("cuda: grouped-query attention folded per key head gives enable_gqa's attention, and the same tokens") {
+  if (!have_cuda()) return;
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(9);
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO(dtype);
+    const auto options = torch::TensorOptions().dtype(dtype).device(cuda);
+    // a decode step of the 0.5B Qwen2.5 heads (14 over 2) on 37 keys, rows left-padded
+    const auto q = torch::randn({6, 14, 1, 64}, options), k = torch::randn({6, 2, 37, 64}, options),
+               v = torch::randn({6, 2, 37, 64}, options);
+    auto allowed = torch::ones({6, 1, 1, 37}, torch::TensorOptions().dtype(torch::kBool).device(cuda));
+    for (int64_t b = 0; b < 6; ++b) allowed[b].narrow(-1, 0, 3 * b).fill_(false);
+    const torch::Tensor folded = ops::padded_attention(q, k, v, allowed, 0.125, true);
+    torch::Tensor reference;
+    {
+      const ops::KernelOverride off(ops::Kernel::folded_gqa_attention, false);
+      reference = ops::padded_attention(q, k, v, allowed, 0.125, true);
+    }
+    const double error = (folded.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().max().item<double>();
+    INFO("largest difference " << error);
+    CHECK(error <= (dtype == torch::kFloat32 ? 1e-5 : 2e-2));
+  }
+  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);  // 4 query heads over 2
+  SamplingParams params;
+  params.max_new_tokens = 24;
+  params.greedy = true;
+  params.return_logprobs = true;
+  const SamplingStream generator(7);
+  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 42, 8}, {9, 3}};
+  const GenerationOutput folded = generate(gpu, prompts, params, generator, nullptr);
+  const ops::KernelOverride off(ops::Kernel::folded_gqa_attention, false);
+  const GenerationOutput reference = generate(gpu, prompts, params, generator, nullptr);
+  CHECK(torch::equal(folded.completion_ids.cpu(), reference.completion_ids.cpu()));
+  CHECK((folded.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
 }

@@ -72,6 +72,12 @@ else
 fi
 
 # ---- portable kernels have switches too
+# the CUDA backend's kernel is in the plan on every machine, with its switch
+expect attention.cuda \
+  "kernel attention.cuda folded_gqa_attention (RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0: LibTorch's attention with enable_gqa, under a mask its math kernel)"
+expect attention.cuda \
+  "kernel attention.cuda LibTorch's attention with enable_gqa, under a mask its math kernel (folded_gqa_attention: RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0)" \
+  RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0
 expect rotary.decode "kernel rotary.decode LibTorch's operators (decode_rotary: RAYLESS_KERNEL_DECODE_ROTARY=0)" \
   RAYLESS_KERNEL_DECODE_ROTARY=0
 

@@ -5,7 +5,8 @@
 # weight-streaming floor of a step), next to transformers' generate with a static cache on the same
 # device in the same run (tools/gpu/transformers_generate.py). Results: $OUT/generation.json (commit,
 # device, settings, both tools' figures, the floor) and $OUT/generation.md (the table), for docs/gpu/.
-# rayless runs with generation.cuda_graphs = auto (graphs in a CUDA build; the log's start-up line says).
+# rayless runs with generation.cuda_graphs = auto (graphs in a CUDA build; the log's start-up line says),
+# and again at 16 and 256 rows with its grouped-query attention kernel off (the attention's share).
 #
 #   run (carry .gpu-deps): tools/gpu/generation_bench.sh          # on the GPU machine, < 8 minutes
 #   tools/gpu/generation_bench.sh --dry-run [--no-build]          # here, on the CPU: tiny model,
@@ -23,9 +24,11 @@ say() { printf 'generation-bench: %s\n' "$*"; }
 
 if [ $dry_run = 1 ]; then
   build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json rows=1,4 tokens=8 sync=1 graphs=off
+  unfolded_rows=4 unfolded_graphs=off
   [ $build = 1 ] && { ./tools/setup.sh || exit 1; }
 else
   build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json rows=1,16,64,256 tokens=256 sync=8 graphs=off,on
+  unfolded_rows=16,256 unfolded_graphs=on
   use_carried_packages || exit 1
   use_cuda_and_nccl || exit 1
   [ $build = 1 ] && { build_for_gpu "$build_dir" rayless-bench || exit 1; }
@@ -39,6 +42,13 @@ timeout 420 "$build_dir/rayless-bench" generation --model-json "$model_json" --d
   --json "$OUT/generation_rayless.json"
 rayless_rc=$?
 say "rayless-bench exit $rayless_rc"
+# the attention's share: the same engine with the CUDA backend's grouped-query attention switched off
+# (folded_gqa_attention, docs/kernels.md), where LibTorch's math kernel repeats the keys per query head
+say "rayless, RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0: rows $unfolded_rows, cuda_graphs $unfolded_graphs"
+RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0 timeout 240 "$build_dir/rayless-bench" generation --model-json "$model_json" \
+  --device "$device" --dtype "$dtype" --rows "$unfolded_rows" --tokens "$tokens" --short "$tokens" --engines new \
+  --sync-intervals "$sync" --cuda-graphs "$unfolded_graphs" --repeats 1 --json "$OUT/generation_rayless_unfolded.json"
+say "rayless-bench (attention unfolded) exit $?"
 
 # a Python with torch and transformers: TRANSFORMERS_PYTHON, else python3 (the GPU machine's has both),
 # else the tools venv (tools/setup_tools_venv.sh)
@@ -63,6 +73,7 @@ def load(name):
     path = os.path.join(out, name)
     return json.load(open(path)) if os.path.exists(path) else None
 rayless, hf = load("generation_rayless.json"), load("generation_transformers.json")
+unfolded = load("generation_rayless_unfolded.json")
 gpu = "cpu"
 if device == "cuda":
     try:
@@ -70,25 +81,29 @@ if device == "cuda":
                              capture_output=True, text=True).stdout.strip()
     except OSError:
         gpu = "unknown"
-result = {"commit": commit, "device": gpu, "rayless": rayless, "transformers": hf}
+result = {"commit": commit, "device": gpu, "rayless": rayless, "transformers": hf, "rayless_attention_unfolded": unfolded}
 rows = []
 if rayless:
     floor = rayless["floor_ms_per_decode_step"]
     for run in rayless["runs"]:
         theirs = next((r for r in (hf or {}).get("runs", []) if r["rows"] == run["rows"]), None)
+        plain = next((r for r in (unfolded or {}).get("runs", [])
+                      if r["rows"] == run["rows"] and r["cuda_graphs"] == run["cuda_graphs"]), None)
         rows.append({"rows": run["rows"], "cuda_graphs": run["cuda_graphs"], "rayless_tokens_per_s": run["tokens_per_s"],
                      "rayless_ms_per_step": run["ms_per_decode_step"], "floor_ms_per_step": floor,
+                     "unfolded_attention_ms_per_step": plain["ms_per_decode_step"] if plain else None,
                      "transformers_tokens_per_s": theirs["tokens_per_s"] if theirs else None,
                      "transformers_ms_per_step": theirs["ms_per_decode_step"] if theirs else None})
 result["table"] = rows
 json.dump(result, open(os.path.join(out, "generation.json"), "w"), indent=2)
 with open(os.path.join(out, "generation.md"), "w") as md:
     md.write(f"commit {commit}, device {gpu}\n\n")
-    md.write("| rows | rayless CUDA graphs | rayless tokens/s | rayless ms/step | transformers tokens/s | transformers ms/step | floor ms/step |\n")
-    md.write("|---|---|---|---|---|---|---|\n")
+    md.write("| rows | rayless CUDA graphs | rayless tokens/s | rayless ms/step | ms/step, attention unfolded | transformers tokens/s | transformers ms/step | floor ms/step |\n")
+    md.write("|---|---|---|---|---|---|---|---|\n")
     fmt = lambda v, f: "n/a" if v is None else format(v, f)
     for r in rows:
         md.write(f"| {r['rows']} | {r['cuda_graphs']} | {fmt(r['rayless_tokens_per_s'], '.0f')} | {fmt(r['rayless_ms_per_step'], '.2f')} | "
+                 f"{fmt(r['unfolded_attention_ms_per_step'], '.2f')} | "
                  f"{fmt(r['transformers_tokens_per_s'], '.0f')} | {fmt(r['transformers_ms_per_step'], '.2f')} | "
                  f"{fmt(r['floor_ms_per_step'], '.3f')} |\n")
 print(open(os.path.join(out, "generation.md")).read())

@@ -16,7 +16,7 @@ const BackendTable& cpu_table() {
     t.scaled_attention = cpu::scaled_attention;
     t.scaled_attention_buckets = cpu::scaled_attention_buckets;
     t.attends_in_buckets = cpu::attends_in_buckets;
-    t.decode_attention = cpu::decode_attention;
+    t.padded_attention = cpu::decode_attention;
     t.rms_norm = cpu::rms_norm;
     t.decode_rms_norm = cpu::decode_rms_norm;
     t.apply_rotary = cpu::apply_rotary;

@@ -1,0 +1,16 @@
+// The CUDA backend's kernels (cuda_table.cpp lists them). Private to src/ops. They are compositions of
+// LibTorch's operators that steer it to its fused CUDA kernels, so they compile in every build and
+// their tests run them on the CPU against the reference.
+#pragma once
+#include <torch/types.h>
+
+namespace rayless::ops::cuda {
+
+// Attention without gradients where the query heads outnumber the key heads (grouped-query attention,
+// folded_gqa_attention.cpp): q [B, H, T, D], k and v [B, H_kv, S, D], allowed [B or 1, 1, T or 1, S]
+// (or undefined). Returns [B, T, H * D], or undefined where it does not apply (the kernel off, as many
+// key heads as query heads, gradients wanted).
+torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& allowed, double scale);
+
+}  // namespace rayless::ops::cuda

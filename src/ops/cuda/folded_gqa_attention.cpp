@@ -1,0 +1,43 @@
+// Grouped-query attention as one attention per key head (folded_gqa_attention; cuda_backend.h).
+//
+// LibTorch's scaled_dot_product_attention takes grouped-query attention (enable_gqa) only in its flash
+// kernel, which takes no mask, and in its math kernel, which repeats every key and value for each query
+// head of its group and writes the scores out. A decode step always has a mask (left padding, slots of
+// different lengths), so on a GPU it ran the math kernel: for a 0.5B Qwen2.5 shape (14 query heads, 2
+// key heads) seven copies of the whole KV cache per layer and step. Folded, the G query heads that share
+// key head j are G x T query positions of one head j: the same scores, each key read once, and the
+// memory-efficient kernel (masks, any head ratio) takes the call.
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/torch.h>
+
+#include <optional>
+
+#include "ops/cuda/cuda_backend.h"
+#include "rayless/ops/kernel_plan.h"
+
+namespace rayless::ops::cuda {
+
+torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& allowed, double scale) {
+  if (!kernel_plan().on(Kernel::folded_gqa_attention)) return {};
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return {};
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), H_kv = k.size(1), S = k.size(2);
+  if (H == H_kv || H_kv == 0 || H % H_kv != 0 || v.size(1) != H_kv) return {};
+  // the training pass keeps LibTorch's attention and its backward (attention.backward)
+  if (torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) return {};
+  if (allowed.defined() && (allowed.dim() != 4 || allowed.size(1) != 1)) return {};
+  const int64_t G = H / H_kv;
+  // query head h reads key head h / G (enable_gqa's order): heads j*G .. j*G+G-1 become the G x T
+  // query positions of head j, row-major in (group member, position)
+  const auto folded_q = q.reshape({B, H_kv, G * T, D});
+  std::optional<torch::Tensor> mask;
+  if (allowed.defined()) {
+    const int64_t rows = allowed.size(0);
+    // the same keys for every member of a group: the mask repeated along the folded positions
+    mask = allowed.expand({rows, 1, T, S}).unsqueeze(2).expand({rows, 1, G, T, S}).reshape({rows, 1, G * T, S});
+  }
+  const auto out = at::scaled_dot_product_attention(folded_q, k, v, mask, 0.0, false, scale, false);
+  return out.reshape({B, H, T, D}).transpose(1, 2).reshape({B, T, H * D});
+}
+
+}  // namespace rayless::ops::cuda
