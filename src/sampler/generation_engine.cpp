@@ -7,6 +7,9 @@
 #include <numeric>
 #include <optional>
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "rayless/base/error.h"
 #include "rayless/base/log.h"
 #include "rayless/ops/autocast_scope.h"
@@ -52,11 +55,15 @@ EngineSettings resolve_engine_settings(const SamplingParams& params, int64_t row
   s.prefill_chunk = params.prefill_chunk;
   s.prefill_positions = params.prefill_chunk > 0 ? params.prefill_chunk : kAutoPrefillPositions;
   s.sync_interval = params.sync_interval > 0 ? params.sync_interval : (device.is_cpu() ? 1 : 8);
+  inputCheck(params.lagged_look == "auto" || params.lagged_look == "on" || params.lagged_look == "off",
+             "lagged_look = \"", params.lagged_look, "\" is not allowed: expected auto, on or off");
+  s.lagged_look = params.lagged_look == "on" || (params.lagged_look == "auto" && device.is_cuda());
   if (single_wave) {
     s.slots = std::max<int64_t>(1, rows);
     s.prefill_chunk = 0;
     s.prefill_positions = 0;  // dynamic RoPE sizes its frequencies on the pass's furthest position
     s.slots_reason = "dynamic RoPE: every row in one wave";
+    s.lagged_look = false;  // no refills to bring forward
   }
   return s;
 }
@@ -134,6 +141,7 @@ class Engine {
       allocate_state();
       std::optional<FusedGenerationWeights> fused;
       if (params_.fused_weights) fused.emplace(model_);
+      std::optional<Look> pending;  // lagged looks: the look started after the last steps, read after the next
       while (true) {
         admit();
         pack();
@@ -144,8 +152,20 @@ class Engine {
           const Slot& slot = slots_[static_cast<size_t>(i)];
           count = std::min(count, limit(slot.row) - slot.step);
         }
+        if (count == 0) {  // a row at its token limit: its look is read before anything runs
+          Look now = pending ? std::move(*pending) : start_look();
+          pending.reset();
+          read_look(now);
+          continue;
+        }
         for (int64_t k = 0; k < count; ++k) decode_step();
-        look();
+        Look next = start_look();
+        if (settings_.lagged_look) {
+          if (pending) read_look(*pending);
+          pending = std::move(next);
+        } else {
+          read_look(next);
+        }
       }
     }
     return assemble();
@@ -528,35 +548,74 @@ class Engine {
     steps.add_(1);
   }
 
-  // The host's look: which rows ended (EOS on the device, a stop string, or max_new_tokens); their
-  // slots are freed.
-  void look() {
+  // A look: what the host reads to learn which rows ended (EOS on the device, a stop string, or
+  // max_new_tokens), taken from the live slots after a run of steps. Rows, not slots, identify it: the
+  // slots may be packed before a lagged look is read.
+  struct Look {
+    std::vector<int64_t> rows, steps;  // per live slot then: its row, the tokens it had sampled
+    torch::Tensor host;                // done flags, where EOS ended each row, the rows' tokens (when read)
+    bool has_ids = false;
+    std::optional<c10::Event> copied;  // on a GPU: the asynchronous copy into `host` is done
+  };
+
+  // One copy to the host per look (on a GPU one wait, or none when lagged): the done flags, where EOS
+  // ended each row and, for stop strings and kept keys and values, the rows' tokens.
+  Look start_look() {
     ++stats_.host_syncs;
+    Look look;
     const int64_t live = live_;
-    // one copy to the host per look (on a GPU one wait): the done flags, where EOS ended each row and,
-    // for stop strings, the rows' tokens
+    for (int64_t i = 0; i < live; ++i) {
+      look.rows.push_back(slots_[static_cast<size_t>(i)].row);
+      look.steps.push_back(slots_[static_cast<size_t>(i)].step);
+    }
     const auto rows = rows_.narrow(0, 0, live);
     std::vector<torch::Tensor> parts{done_.narrow(0, 0, live).to(torch::kLong), eos_end_.index_select(0, rows)};
-    const bool read_ids = !so_far_.empty() || kept_;
-    if (read_ids) parts.push_back(out_ids_.index_select(0, rows).reshape({-1}));
-    const auto host = torch::cat(parts).to(torch::kCPU);
-    const auto done = host.narrow(0, 0, live).to(torch::kBool);
-    const auto eos_end = host.narrow(0, live, live);
+    look.has_ids = !so_far_.empty() || kept_;
+    if (look.has_ids) parts.push_back(out_ids_.index_select(0, rows).reshape({-1}));
+    const auto packed = torch::cat(parts);
+    if (device_.is_cuda()) {
+      // pinned, so that the copy runs on the device's stream without the host waiting for it
+      look.host = torch::empty(packed.sizes(), packed.options().device(torch::kCPU).pinned_memory(true));
+      look.host.copy_(packed, /*non_blocking=*/true);
+      const c10::impl::VirtualGuardImpl guard(device_.type());
+      look.copied.emplace(device_.type());
+      look.copied->record(guard.getStream(device_));
+    } else {
+      look.host = packed.to(torch::kCPU);
+    }
+    return look;
+  }
+
+  // Reads a look: the rows that ended by then give up their slots.
+  void read_look(Look& look) {
+    if (look.copied) look.copied->synchronize();
+    const int64_t live = static_cast<int64_t>(look.rows.size());
+    const auto done = look.host.narrow(0, 0, live).to(torch::kBool);
+    const auto eos_end = look.host.narrow(0, live, live);
     torch::Tensor ids;
-    if (read_ids) ids = host.narrow(0, 2 * live, live * out_ids_.size(1)).view({live, out_ids_.size(1)});
+    if (look.has_ids) ids = look.host.narrow(0, 2 * live, live * out_ids_.size(1)).view({live, out_ids_.size(1)});
     const auto done_a = done.accessor<bool, 1>();
     const auto eos_a = eos_end.accessor<int64_t, 1>();
-    for (int64_t i = 0; i < live; ++i) {
+    // where each look's row is now (a row that ended at an earlier look is in no slot)
+    std::map<int64_t, int64_t> slot_of_row;
+    for (int64_t i = 0; i < settings_.slots; ++i)
+      if (slots_[static_cast<size_t>(i)].row >= 0) slot_of_row[slots_[static_cast<size_t>(i)].row] = i;
+    std::vector<int64_t> freed;
+    for (int64_t k = 0; k < live; ++k) {
+      const auto found = slot_of_row.find(look.rows[static_cast<size_t>(k)]);
+      if (found == slot_of_row.end()) continue;
+      const int64_t i = found->second;
       Slot& slot = slots_[static_cast<size_t>(i)];
       const size_t row = static_cast<size_t>(slot.row);
-      const bool eos = done_a[i];
-      const int64_t sampled = eos ? eos_a[i] : slot.step;  // tokens of the row that count
-      int64_t end = eos ? sampled : (slot.step >= limit(slot.row) ? limit(slot.row) : -1);
+      const int64_t step = look.steps[static_cast<size_t>(k)];
+      const bool eos = done_a[k];
+      const int64_t sampled = eos ? eos_a[k] : step;  // tokens of the row that count
+      int64_t end = eos ? sampled : (step >= limit(slot.row) ? limit(slot.row) : -1);
       bool ended = eos;
       if (!so_far_.empty()) {
         const auto ids_a = ids.accessor<int64_t, 2>();
         for (int64_t t = checked_[row]; t < sampled; ++t) {
-          so_far_[row].push_back(ids_a[i][t]);
+          so_far_[row].push_back(ids_a[k][t]);
           if (stop_string_in(tokenizer_->decode(so_far_[row], false))) {
             end = t + 1;
             ended = true;
@@ -568,13 +627,11 @@ class Engine {
       if (end < 0) continue;
       row_end_[row] = end;
       ended_[row] = ended;
-      if (kept_) keep(i, slot, end, ids.accessor<int64_t, 2>());
+      if (kept_) keep(i, slot, end, ids.accessor<int64_t, 2>()[k]);
       slot = Slot{};
+      freed.push_back(i);
     }
     // freed slots write to the dummy row until they are refilled or packed away
-    std::vector<int64_t> freed;
-    for (int64_t i = 0; i < live; ++i)
-      if (slots_[static_cast<size_t>(i)].row < 0) freed.push_back(i);
     if (!freed.empty()) {
       const auto index = torch::tensor(freed, torch::kLong).to(device_);
       rows_.index_fill_(0, index, N_);
@@ -584,10 +641,10 @@ class Engine {
 
   // A row that ended in slot i after `end` tokens: its sequence and the keys and values of all of it
   // but the last token (sampled, never fed), into the store for its next turn.
-  void keep(int64_t i, const Slot& slot, int64_t end, const at::TensorAccessor<int64_t, 2>& ids) {
+  void keep(int64_t i, const Slot& slot, int64_t end, const at::TensorAccessor<int64_t, 1>& ids) {
     KeptKV::Row kept;
     kept.tokens = prompts_[static_cast<size_t>(slot.row / G_)];
-    for (int64_t t = 0; t < end; ++t) kept.tokens.push_back(ids[i][t]);
+    for (int64_t t = 0; t < end; ++t) kept.tokens.push_back(ids[t]);
     kept.valid = slot.prompt_length + std::max<int64_t>(end - 1, 0);
     for (size_t l = 0; l < keys_.size(); ++l) {
       kept.keys.push_back(keys_[l][i].narrow(1, 0, kept.valid).clone());

@@ -61,16 +61,42 @@ TEST_CASE("engine: a row's tokens do not depend on the slot count or the sync in
     CHECK(std::get<0>(at::_unique(lengths)).numel() >= 4);  // several distinct ends
     for (const int64_t slots : {1, 2, 5}) {
       for (const int64_t sync : {1, 3, 8}) {
-        INFO("slots " << slots << ", sync interval " << sync);
-        p.slots = slots;
-        p.sync_interval = sync;
-        const auto out = generate(model, kPrompts, p, stream);
-        check_same_rows(out, reference);
-        CHECK(out.stats.slots == slots);
-        CHECK(out.stats.host_syncs >= 1);
+        // lagged looks (a GPU's default): each look read an interval late, the slots refilled then
+        for (const char* lagged : {"off", "on"}) {
+          INFO("slots " << slots << ", sync interval " << sync << ", lagged look " << lagged);
+          p.slots = slots;
+          p.sync_interval = sync;
+          p.lagged_look = lagged;
+          const auto out = generate(model, kPrompts, p, stream);
+          check_same_rows(out, reference);
+          CHECK(out.stats.slots == slots);
+          CHECK(out.stats.host_syncs >= 1);
+        }
       }
     }
   }
+}
+
+TEST_CASE("engine: lagged looks end rows an interval late, and only then refill their slots") {
+  CausalLM model = tiny_model();
+  SamplingParams p = varied_lengths(false);
+  p.sync_interval = 1;
+  p.slots = 3;
+  const auto prompt_order = generate(model, kPrompts, p, SamplingStream(4));
+  p.lagged_look = "on";
+  const auto lagged = generate(model, kPrompts, p, SamplingStream(4));
+  check_same_rows(lagged, prompt_order);
+  // a row ended by EOS runs one more step before its look is read; one at its limit is read at once
+  const int64_t rows = lagged.completion_ids.size(0);
+  CHECK(lagged.stats.slot_steps > prompt_order.stats.slot_steps);
+  CHECK(lagged.stats.slot_steps <= lagged.stats.tokens + rows);
+  CHECK(prompt_order.stats.slot_steps == prompt_order.stats.tokens);
+  p.lagged_look = "sometimes";
+  CHECK_THROWS_WITH(generate(model, kPrompts, p, SamplingStream(4)), Catch::Contains("lagged_look"));
+  // the device decides under auto: on a CUDA device only
+  p.lagged_look = "auto";
+  CHECK_FALSE(resolve_engine_settings(p, 8, torch::kCPU, false).lagged_look);
+  CHECK(resolve_engine_settings(p, 8, torch::Device(torch::kCUDA, 0), false).lagged_look);
 }
 
 TEST_CASE("engine: continuous batching gives each row the tokens it gets generated alone") {
@@ -167,9 +193,10 @@ TEST_CASE("engine: a stop string completed between the host's looks cuts the row
   p.stop_strings = {stop};
   p.sync_interval = 1;
   const auto every_step = generate(model, prompts, p, SamplingStream(0), tok.get());
-  for (const int64_t sync : {2, 5, 12}) {
-    INFO("sync interval " << sync);
+  for (const int64_t sync : {1, 2, 5, 12}) for (const char* lagged : {"off", "on"}) {
+    INFO("sync interval " << sync << ", lagged look " << lagged);
     p.sync_interval = sync;
+    p.lagged_look = lagged;
     const auto out = generate(model, prompts, p, SamplingStream(0), tok.get());
     check_same_rows(out, every_step);
     std::vector<int64_t> kept;
@@ -367,10 +394,12 @@ TEST_CASE("engine: rows resumed from their kept keys and values sample as a fres
     CHECK(fresh.stats.prefill_tokens == fresh_fed);
     for (const int64_t slots : {0, 1, 2}) {
       for (const int64_t sync : {1, 3}) {
-        INFO("slots " << slots << ", sync interval " << sync);
+        const char* lagged = slots == 1 ? "on" : "off";
+        INFO("slots " << slots << ", sync interval " << sync << ", lagged look " << lagged);
         KeptKV store = kept;  // each run takes the kept rows it resumes
         q.slots = slots;
         q.sync_interval = sync;
+        q.lagged_look = lagged;
         const auto resumed = generate(model, conversations, q, turn, nullptr, &store);
         check_same_rows(resumed, fresh);
         CHECK(store.resumed_rows == 5);

@@ -41,10 +41,15 @@ struct EngineSettings {
   // model in pieces on the KV cache it fills (0 = one pass, as dynamic RoPE needs).
   int64_t prefill_positions = 0;
   int64_t sync_interval = 1;
+  // The host reads a look one interval late: at each look it starts an asynchronous copy of the rows'
+  // flags (into pinned memory on CUDA) and reads the previous look's, whose copy ran while the device
+  // decoded, so the device never waits on the host. Rows end and slots refill one interval later; a
+  // row at its token limit still has its look read at once. Off on the CPU, where a look costs nothing.
+  bool lagged_look = false;
   std::string slots_reason;   // how the slot count was chosen, for the log line
 };
 // slots 0 -> auto_slots (memory); sync interval 0 -> 1 on the CPU (a look at the flags costs
-// nothing there and refills sooner), 8 elsewhere; prefill_positions = prefill_chunk, or
+// nothing there and refills sooner), 8 elsewhere; lagged_look "auto" -> on a CUDA device; prefill_positions = prefill_chunk, or
 // kAutoPrefillPositions under auto; single_wave (dynamic RoPE) -> slots = rows and one prefill pass. Values below 0 (or a sync interval below 0) are InputErrors.
 EngineSettings resolve_engine_settings(const SamplingParams& params, int64_t rows, const torch::Device& device,
                                        bool single_wave, const SlotMemory& memory = {});

@@ -44,6 +44,9 @@ struct SamplingParams {
   // slots compute into the dummy row) attending to the whole cache length. Same rows; for tests of that path.
   bool fixed_shapes = false;
   std::string cuda_graphs = "auto";  // auto | on | off: the decode step as CUDA graphs (decode_graphs.h), CUDA only
+  // auto | on | off: the host reads each look one interval late, from a copy of the flags (pinned
+  // memory on CUDA) that ran while the device decoded on (generation_engine.h); auto = on a CUDA device
+  std::string lagged_look = "auto";
 };
 
 // What the engine did in one generation (for the benchmark and the logs).
