@@ -20,6 +20,15 @@ bool have_cuda() {
   WARN("no CUDA device: skipped (run tools/gpu/device_check.sh on a GPU machine)");
   return false;
 }
+
+// 24 greedy tokens for two prompts of the golden token ids, with their log-probs
+GenerationOutput greedy_tokens(CausalLM& model) {
+  SamplingParams params;
+  params.max_new_tokens = 24;
+  params.greedy = true;
+  params.return_logprobs = true;
+  return generate(model, {{5, 17, 42, 8}, {9, 3}}, params, SamplingStream(7), nullptr);
+}
 }  // namespace
 
 TEST_CASE("cuda: golden models' logits on the GPU equal the CPU's within float32 rounding") {
@@ -45,14 +54,8 @@ TEST_CASE("cuda: greedy generation on the GPU gives the CPU's tokens") {
   if (!have_cuda()) return;
   CausalLM cpu = load_hf_model(kGolden / "qwen2");
   CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, torch::Device(torch::kCUDA, 0));
-  SamplingParams params;
-  params.max_new_tokens = 24;
-  params.greedy = true;
-  params.return_logprobs = true;
-  const SamplingStream generator(7);
-  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 42, 8}, {9, 3}};
-  const GenerationOutput a = generate(cpu, prompts, params, generator, nullptr);
-  const GenerationOutput b = generate(gpu, prompts, params, generator, nullptr);
+  const GenerationOutput a = greedy_tokens(cpu);
+  const GenerationOutput b = greedy_tokens(gpu);
   CHECK(torch::equal(a.completion_ids, b.completion_ids.cpu()));
   CHECK((a.logprobs - b.logprobs.cpu()).abs().max().item<double>() <= 1e-3);
 }
@@ -97,15 +100,9 @@ TEST_CASE("cuda: grouped-query attention folded per key head gives enable_gqa's 
     CHECK(error <= (dtype == torch::kFloat32 ? 1e-5 : 2e-2));
   }
   CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);  // 4 query heads over 2
-  SamplingParams params;
-  params.max_new_tokens = 24;
-  params.greedy = true;
-  params.return_logprobs = true;
-  const SamplingStream generator(7);
-  const std::vector<std::vector<int64_t>> prompts = {{5, 17, 42, 8}, {9, 3}};
-  const GenerationOutput folded = generate(gpu, prompts, params, generator, nullptr);
+  const GenerationOutput folded = greedy_tokens(gpu);
   const ops::KernelOverride off(ops::Kernel::folded_gqa_attention, false);
-  const GenerationOutput reference = generate(gpu, prompts, params, generator, nullptr);
+  const GenerationOutput reference = greedy_tokens(gpu);
   CHECK(torch::equal(folded.completion_ids.cpu(), reference.completion_ids.cpu()));
   CHECK((folded.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
 }
