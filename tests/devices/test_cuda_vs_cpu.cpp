@@ -5,6 +5,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <optional>
+
 #include "rayless/hf/model_directory.h"
 #include "rayless/ops/kernel_plan.h"
 #include "rayless/ops/ops.h"
@@ -75,7 +77,7 @@ TEST_CASE("cuda: sampling on the GPU is seeded: the same seed gives the same tok
 
 // The CUDA backend's attention (folded_gqa_attention: the query heads of a group as query positions of
 // their key head) against LibTorch's enable_gqa attention on the same device, in float32 and bfloat16,
-// then in the model: greedy tokens with the kernel equal the tokens without it.
+// with gradients, then in the model: greedy tokens with the kernel equal the tokens without it.
 TEST_CASE("cuda: grouped-query attention folded per key head gives enable_gqa's attention, and the same tokens") {
   if (!have_cuda()) return;
   torch::NoGradGuard no_grad;
@@ -98,6 +100,24 @@ TEST_CASE("cuda: grouped-query attention folded per key head gives enable_gqa's 
     const double error = (folded.to(torch::kFloat32) - reference.to(torch::kFloat32)).abs().max().item<double>();
     INFO("largest difference " << error);
     CHECK(error <= (dtype == torch::kFloat32 ? 1e-5 : 2e-2));
+  }
+  // the training pass: gradients through the folded attention (memory-efficient backward) and through
+  // enable_gqa's math kernel, float32
+  {
+    torch::AutoGradMode with_gradients(true);
+    const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(cuda);
+    const auto q0 = torch::randn({3, 6, 9, 32}, options), k0 = torch::randn({3, 2, 9, 32}, options),
+               v0 = torch::randn({3, 2, 9, 32}, options), upstream = torch::randn({3, 9, 6 * 32}, options);
+    const auto causal = torch::ones({9, 9}, torch::TensorOptions().dtype(torch::kBool).device(cuda)).tril().view({1, 1, 9, 9});
+    std::vector<torch::Tensor> grads[2];
+    for (const bool folded : {true, false}) {
+      std::optional<ops::KernelOverride> off;
+      if (!folded) off.emplace(ops::Kernel::folded_gqa_attention, false);
+      auto q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+      (ops::padded_attention(q, k, v, causal, 0.2, true) * upstream).sum().backward();
+      grads[folded ? 0 : 1] = {q.grad(), k.grad(), v.grad()};
+    }
+    for (size_t i = 0; i < 3; ++i) CHECK((grads[0][i] - grads[1][i]).abs().max().item<double>() <= 1e-4);
   }
   CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);  // 4 query heads over 2
   const GenerationOutput folded = greedy_tokens(gpu);

@@ -1,7 +1,7 @@
-// folded_gqa_attention (ops/cuda): grouped-query attention without gradients as one attention per key
-// head, the query heads of a group folded into its query positions. It is a composition of LibTorch's
-// operators, so it runs here on the CPU against the attention it replaces on a GPU
-// (scaled_dot_product_attention with enable_gqa); tests/devices/test_cuda_vs_cpu.cpp runs it on CUDA.
+// folded_gqa_attention (ops/cuda): grouped-query attention as one attention per key head, the query
+// heads of a group folded into its query positions. It is a composition of LibTorch's operators, so it
+// runs here on the CPU against the attention it replaces on a GPU (scaled_dot_product_attention with
+// enable_gqa), values and gradients; tests/devices/test_cuda_vs_cpu.cpp runs it on CUDA.
 #include <catch2/catch.hpp>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
@@ -71,19 +71,39 @@ TEST_CASE("folded_gqa_attention: the query heads folded per key head give enable
 }
 
 TEST_CASE("folded_gqa_attention: declines where LibTorch's kernels already serve, and with its switch off") {
+  torch::NoGradGuard no_grad;
   const auto q = torch::randn({2, 4, 1, 8}), k = torch::randn({2, 2, 6, 8}), v = torch::randn({2, 2, 6, 8});
   const auto allowed = torch::ones({2, 1, 1, 6}, torch::kBool);
-  {
-    torch::NoGradGuard no_grad;
-    CHECK(cuda::folded_gqa_attention(q, k, v, allowed, 0.3).defined());
-    // as many key heads as query heads: nothing to fold
-    CHECK_FALSE(cuda::folded_gqa_attention(torch::randn({2, 2, 1, 8}), k, v, allowed, 0.3).defined());
-    const KernelOverride off(Kernel::folded_gqa_attention, false);
-    CHECK_FALSE(cuda::folded_gqa_attention(q, k, v, allowed, 0.3).defined());
+  CHECK(cuda::folded_gqa_attention(q, k, v, allowed, 0.3).defined());
+  // as many key heads as query heads: nothing to fold
+  CHECK_FALSE(cuda::folded_gqa_attention(torch::randn({2, 2, 1, 8}), k, v, allowed, 0.3).defined());
+  const KernelOverride off(Kernel::folded_gqa_attention, false);
+  CHECK_FALSE(cuda::folded_gqa_attention(q, k, v, allowed, 0.3).defined());
+}
+
+// The training pass on a GPU: the gradients of q, k and v through the folded attention are enable_gqa's.
+TEST_CASE("folded_gqa_attention: gradients as enable_gqa's, in float64") {
+  torch::manual_seed(6);
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t rows = 3, heads = 6, kv_heads = 2, queries = 5, keys = 9, dim = 8;
+  const auto allowed = padded_causal_mask(rows, queries, keys);
+  const auto upstream = torch::randn({rows, queries, heads * dim}, options);
+  std::vector<torch::Tensor> grads[2];
+  for (const bool folded : {true, false}) {
+    torch::manual_seed(7);  // the same q, k, v
+    auto q = torch::randn({rows, heads, queries, dim}, options).requires_grad_(true);
+    auto k = torch::randn({rows, kv_heads, keys, dim}, options).requires_grad_(true);
+    auto v = torch::randn({rows, kv_heads, keys, dim}, options).requires_grad_(true);
+    const auto out = folded ? cuda::folded_gqa_attention(q, k, v, allowed, 0.35) : with_enable_gqa(q, k, v, allowed, 0.35);
+    REQUIRE(out.defined());
+    (out * upstream).sum().backward();
+    grads[folded ? 0 : 1] = {q.grad(), k.grad(), v.grad()};
   }
-  // gradients wanted: the training pass keeps LibTorch's attention and its backward
-  const auto trained = q.clone().requires_grad_(true);
-  CHECK_FALSE(cuda::folded_gqa_attention(trained, k, v, allowed, 0.3).defined());
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("gradient of " << "qkv"[i]);
+    CHECK((grads[0][i] - grads[1][i]).abs().max().item<double>() <= 1e-12);
+    CHECK(grads[1][i].abs().max().item<double>() > 0.0);
+  }
 }
 
 TEST_CASE("folded_gqa_attention: the CUDA backend's padded attention, the CPU's untouched") {

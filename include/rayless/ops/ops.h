@@ -159,7 +159,7 @@ bool attention_backward_in_float32(const torch::Tensor& q, const torch::Tensor& 
 // bool [rows or 1, 1, positions, keys] -> [rows, positions, H * D] (the heads side by side). A decode
 // step's float32 queries (one per row) on the CPU run in one pass (avx2_decode_attention: 1.5-4x
 // faster than LibTorch's flash kernel per call, within float32 rounding of it), grouped-query attention
-// inside the kernel. On a CUDA device, without gradients and with fewer key heads than query heads,
+// inside the kernel. On a CUDA device, with fewer key heads than query heads (gradients or not),
 // the query heads of a group are folded into the query positions of their key head
 // (folded_gqa_attention), which LibTorch's masked fused kernel takes; elsewhere scaled_attention.
 torch::Tensor padded_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

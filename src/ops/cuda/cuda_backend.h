@@ -6,10 +6,10 @@
 
 namespace rayless::ops::cuda {
 
-// Attention without gradients where the query heads outnumber the key heads (grouped-query attention,
-// folded_gqa_attention.cpp): q [B, H, T, D], k and v [B, H_kv, S, D], allowed [B or 1, 1, T or 1, S]
-// (or undefined). Returns [B, T, H * D], or undefined where it does not apply (the kernel off, as many
-// key heads as query heads, gradients wanted).
+// Attention where the query heads outnumber the key heads (grouped-query attention,
+// folded_gqa_attention.cpp), with or without gradients: q [B, H, T, D], k and v [B, H_kv, S, D], allowed
+// [B or 1, 1, T or 1, S] (or undefined). Returns [B, T, H * D], or undefined where it does not apply (the
+// kernel off, as many key heads as query heads).
 torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& allowed, double scale);
 

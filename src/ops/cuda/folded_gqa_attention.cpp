@@ -6,7 +6,9 @@
 // different lengths), so on a GPU it ran the math kernel: for a 0.5B Qwen2.5 shape (14 query heads, 2
 // key heads) seven copies of the whole KV cache per layer and step. Folded, the G query heads that share
 // key head j are G x T query positions of one head j: the same scores, each key read once, and the
-// memory-efficient kernel (masks, any head ratio) takes the call.
+// memory-efficient kernel (masks, any head ratio) takes the call. With gradients (the training pass)
+// the same holds for its backward: the math kernel saved the attention weights of every query head per
+// layer; the memory-efficient one saves the outputs, their log-sum-exp and one mask per key head.
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
@@ -23,8 +25,6 @@ torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& 
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return {};
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), H_kv = k.size(1), S = k.size(2);
   if (H == H_kv || H_kv == 0 || H % H_kv != 0 || v.size(1) != H_kv) return {};
-  // the training pass keeps LibTorch's attention and its backward (attention.backward)
-  if (torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad())) return {};
   if (allowed.defined() && (allowed.dim() != 4 || allowed.size(1) != 1)) return {};
   const int64_t G = H / H_kv;
   // query head h reads key head h / G (enable_gqa's order): heads j*G .. j*G+G-1 become the G x T
