@@ -30,7 +30,7 @@ namespace rayless::cli {
 namespace {
 
 struct Measured {
-  std::string engine, cuda_graphs = "off";
+  std::string engine, cuda_graphs = "off", lagged_look = "auto";
   double seconds = 0;
   int64_t tokens = 0, decode_steps = 0, slot_steps = 0, host_syncs = 0, slots = 0;
 };
@@ -100,6 +100,19 @@ Measured old_engine(CausalLM& model, const std::vector<std::vector<int64_t>>& pr
   return m;
 }
 
+// A list of engine modes ("off,on"): each off, on or auto.
+std::vector<std::string> parse_modes(const std::string& list, const char* option) {
+  std::vector<std::string> modes;
+  for (size_t start = 0; start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    modes.push_back(list.substr(start, comma - start));
+    inputCheck(modes.back() == "off" || modes.back() == "on" || modes.back() == "auto", "bench generation: ", option,
+               " must list off, on or auto, got \"", list, "\"");
+    start = comma + 1;
+  }
+  return modes;
+}
+
 Measured new_engine(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts, const SamplingParams& params,
                     uint64_t seed) {
   const auto start = BenchClock::now();
@@ -107,8 +120,10 @@ Measured new_engine(CausalLM& model, const std::vector<std::vector<int64_t>>& pr
   Measured m;
   m.seconds = seconds_since(start);
   m.engine = str("new (slots ", out.stats.slots, ", sync every ", params.sync_interval > 0 ? params.sync_interval : 1,
-                 params.cuda_graphs == "off" ? "" : ", CUDA graphs " + params.cuda_graphs, ")");
+                 params.cuda_graphs == "off" ? "" : ", CUDA graphs " + params.cuda_graphs,
+                 params.lagged_look == "auto" ? "" : ", lagged looks " + params.lagged_look, ")");
   m.cuda_graphs = params.cuda_graphs;
+  m.lagged_look = params.lagged_look;
   m.tokens = out.completion_mask.sum().item<int64_t>();
   m.decode_steps = out.stats.decode_steps;
   m.slot_steps = out.stats.slot_steps;
@@ -135,7 +150,7 @@ double read_bytes_per_second(const torch::Device& device) {
 
 int bench_generation(const Args& args) {
   po::options_description options("rayless-bench generation");
-  std::string model_json, rows_list, sync_list, engines, device_name, dtype_name, json_out, graphs_list;
+  std::string model_json, rows_list, sync_list, engines, device_name, dtype_name, json_out, graphs_list, lagged_list;
   int64_t tokens = 256, short_tokens = 16, prompt_tokens = 32, slots = 0, repeats = 2;
   uint64_t seed = 1;
   bool greedy = false;
@@ -151,6 +166,8 @@ int bench_generation(const Args& args) {
       ("sync-intervals", po::value(&sync_list)->default_value("1,4,8"), "the new engine's sync intervals to run")
       ("engines", po::value(&engines)->default_value("both"), "old | new | both (old: CPU only)")
       ("cuda-graphs", po::value(&graphs_list)->default_value("off"), "the new engine's generation.cuda_graphs values to run (CUDA): off,on")
+      ("lagged-look", po::value(&lagged_list)->default_value("auto"),
+       "the new engine's lagged looks to run: auto (on a GPU), on, off, or a list: on,off")
       ("repeats", po::value(&repeats)->default_value(repeats), "runs of each engine (the best is shown), after one warm-up")
       ("greedy", po::bool_switch(&greedy), "argmax instead of sampling at temperature 1")
       ("device", po::value(&device_name)->default_value("cpu"), "cpu | cuda")
@@ -171,14 +188,8 @@ int bench_generation(const Args& args) {
   const torch::Dtype dtype = torch_dtype_of(parse_choice<ModelDtype>(dtype_name, "--dtype"));
   const std::vector<int64_t> row_counts = parse_rows(rows_list, "bench generation --rows");
   const std::vector<int64_t> sync_intervals = parse_rows(sync_list, "bench generation --sync-intervals");
-  std::vector<std::string> graph_modes;
-  for (size_t start = 0; start <= graphs_list.size();) {
-    const size_t comma = std::min(graphs_list.find(',', start), graphs_list.size());
-    graph_modes.push_back(graphs_list.substr(start, comma - start));
-    inputCheck(graph_modes.back() == "off" || graph_modes.back() == "on" || graph_modes.back() == "auto",
-               "bench generation: --cuda-graphs must list off, on or auto, got \"", graphs_list, "\"");
-    start = comma + 1;
-  }
+  const std::vector<std::string> graph_modes = parse_modes(graphs_list, "--cuda-graphs");
+  const std::vector<std::string> lagged_modes = parse_modes(lagged_list, "--lagged-look");
   nlohmann::json config = read_json_file(model_json);
   if (!config.contains("vocab_size")) config["vocab_size"] = 272;
   const ModelArchConfig arch = ModelArchConfig::from_json(config, model_json);
@@ -223,13 +234,15 @@ int bench_generation(const Args& args) {
     if (engines != "new") best_of([&] { return old_engine(model, prompts, params, seed); });
     if (engines != "old")
       for (const std::string& graphs : graph_modes)
-        for (const int64_t interval : sync_intervals) {
-          SamplingParams p = params;
-          p.slots = slots;
-          p.sync_interval = interval;
-          p.cuda_graphs = graphs;
-          best_of([&] { return new_engine(model, prompts, p, seed); });
-        }
+        for (const std::string& lagged : lagged_modes)
+          for (const int64_t interval : sync_intervals) {
+            SamplingParams p = params;
+            p.slots = slots;
+            p.sync_interval = interval;
+            p.cuda_graphs = graphs;
+            p.lagged_look = lagged;
+            best_of([&] { return new_engine(model, prompts, p, seed); });
+          }
   }
   std::printf("weights %.1f MB, read at %.1f GB/s: a decode step's floor is %.3f ms\n", weight_bytes / 1e6, read_rate / 1e9,
               1e3 * weight_bytes / read_rate);
@@ -247,7 +260,7 @@ int bench_generation(const Args& args) {
                   static_cast<long long>(results_rows[i]), m.engine.c_str(), tokens_per_s,
                   static_cast<long long>(m.decode_steps), step_ms, occupancy, syncs_per_token);
     std::cout << line;
-    runs.push_back({{"rows", results_rows[i]}, {"engine", m.engine}, {"cuda_graphs", m.cuda_graphs}, {"slots", m.slots}, {"tokens", m.tokens},
+    runs.push_back({{"rows", results_rows[i]}, {"engine", m.engine}, {"cuda_graphs", m.cuda_graphs}, {"lagged_look", m.lagged_look}, {"slots", m.slots}, {"tokens", m.tokens},
                     {"seconds", m.seconds}, {"tokens_per_s", tokens_per_s}, {"decode_steps", m.decode_steps},
                     {"ms_per_decode_step", step_ms}, {"slot_occupancy", occupancy}, {"host_syncs_per_token", syncs_per_token}});
   }
