@@ -45,7 +45,7 @@ say "rayless-bench exit $rayless_rc"
 # the attention's share: the same engine with the CUDA backend's grouped-query attention switched off
 # (folded_gqa_attention, docs/kernels.md), where LibTorch's math kernel repeats the keys per query head
 say "rayless, RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0: rows $unfolded_rows, cuda_graphs $unfolded_graphs"
-RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0 timeout 240 "$build_dir/rayless-bench" generation --model-json "$model_json" \
+RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0 timeout 150 "$build_dir/rayless-bench" generation --model-json "$model_json" \
   --device "$device" --dtype "$dtype" --rows "$unfolded_rows" --tokens "$tokens" --short "$tokens" --engines new \
   --sync-intervals "$sync" --cuda-graphs "$unfolded_graphs" --repeats 1 --json "$OUT/generation_rayless_unfolded.json"
 say "rayless-bench (attention unfolded) exit $?"
