@@ -191,6 +191,15 @@ class Engine {
 
   torch::TensorOptions on_device(torch::Dtype dtype) const { return torch::TensorOptions().dtype(dtype).device(device_); }
 
+  // A host tensor on the generation's device. On a GPU through pinned memory, asynchronously: a copy
+  // from pageable memory waits until the device has run everything queued before it, which would
+  // undo the lagged look (the caching host allocator keeps the pinned block until the copy is done).
+  torch::Tensor to_device(const torch::Tensor& host) const {
+    if (!device_.is_cuda()) return host.to(device_);
+    return host.pin_memory().to(device_, /*non_blocking=*/true);
+  }
+  torch::Tensor to_device(const std::vector<int64_t>& values) const { return to_device(torch::tensor(values, torch::kLong)); }
+
   void allocate_state() {
     const int64_t S = settings_.slots;
     slots_.assign(static_cast<size_t>(S), Slot{});
@@ -208,11 +217,11 @@ class Engine {
     }
     eos_end_ = torch::zeros({N_ + 1}, on_device(torch::kLong));
     out_nonfinite_ = torch::zeros({N_ + 1}, on_device(torch::kBool));
-    eos_ = torch::tensor(params_.eos_ids.empty() ? std::vector<int64_t>{-1} : params_.eos_ids, torch::kLong).to(device_);
+    eos_ = to_device(torch::tensor(params_.eos_ids.empty() ? std::vector<int64_t>{-1} : params_.eos_ids, torch::kLong));
     if (!greedy_) {
       uniforms_ = torch::zeros({N_ + 1, T_ + 1}, torch::kFloat32);
       uniforms_.narrow(0, 0, N_).narrow(1, 0, T_).copy_(sampling_uniforms(stream_, N_, T_));
-      uniforms_ = uniforms_.to(device_);
+      uniforms_ = to_device(uniforms_);
     }
   }
 
@@ -321,8 +330,8 @@ class Engine {
         }
         if (first < end && end == lengths[static_cast<size_t>(i)]) last_at[static_cast<size_t>(i)] = end - 1 - first;
       }
-      const auto hidden = model_->forward_slots(torch::tensor(ids, torch::kLong).view({n, count}).to(device_),
-                                                torch::tensor(positions, torch::kLong).view({n, count}).to(device_), rows_cache);
+      const auto hidden = model_->forward_slots(to_device(torch::tensor(ids, torch::kLong).view({n, count})),
+                                                to_device(torch::tensor(positions, torch::kLong).view({n, count})), rows_cache);
       if (!last_hidden.defined()) last_hidden = torch::zeros({n, hidden.size(2)}, hidden.options());
       for (int64_t i = 0; i < n; ++i)
         if (last_at[static_cast<size_t>(i)] >= 0) last_hidden[i].copy_(hidden[i][last_at[static_cast<size_t>(i)]]);
@@ -349,7 +358,7 @@ class Engine {
     // in pieces along the sequence where the prompts are wider than prefill_positions, the cache of
     // the pieces before holding their keys and values
     const int64_t piece = settings_.prefill_positions > 0 ? settings_.prefill_positions : width;
-    const auto ids_here = ids.to(device_), mask_here = mask.to(device_);
+    const auto ids_here = to_device(ids), mask_here = to_device(mask);
     torch::Tensor hidden;
     for (int64_t start = 0; start < width; start += piece) {
       const int64_t end = std::min(start + piece, width);
@@ -410,20 +419,20 @@ class Engine {
     // the prompts' keys and values from position 0 in their slots: one copy per layer for all the rows
     // of a prompt length (the G rows of a prompt share its prefill)
     for (const auto& [length, slots_and_sources] : by_length) {
-      const auto slot_index = torch::tensor(slots_and_sources.first, torch::kLong).to(device_);
-      const auto source_index = torch::tensor(slots_and_sources.second, torch::kLong).to(device_);
+      const auto slot_index = to_device(slots_and_sources.first);
+      const auto source_index = to_device(slots_and_sources.second);
       const int64_t first = width >= 0 ? width - length : 0;
       for (size_t l = 0; l < keys_.size(); ++l) {
         keys_[l].narrow(2, 0, length).index_copy_(0, slot_index, keys[l].narrow(2, first, length).index_select(0, source_index));
         values_[l].narrow(2, 0, length).index_copy_(0, slot_index, values[l].narrow(2, first, length).index_select(0, source_index));
       }
     }
-    const auto slot_index = torch::tensor(placed_slots, torch::kLong).to(device_);
-    const auto source_index = torch::tensor(sources, torch::kLong).to(device_);
+    const auto slot_index = to_device(placed_slots);
+    const auto source_index = to_device(sources);
     const int64_t n = slot_index.size(0);
-    positions_.index_copy_(0, slot_index, torch::tensor(lengths, torch::kLong).to(device_));
+    positions_.index_copy_(0, slot_index, to_device(lengths));
     steps_.index_copy_(0, slot_index, torch::zeros({n}, on_device(torch::kLong)));
-    rows_.index_copy_(0, slot_index, torch::tensor(placed_rows, torch::kLong).to(device_));
+    rows_.index_copy_(0, slot_index, to_device(placed_rows));
     done_.index_copy_(0, slot_index, torch::zeros({n}, on_device(torch::kBool)));
     logits_.index_copy_(0, slot_index, last_logits.index_select(0, source_index));
     if (penalty_) {  // the prompt left-padded to the longest of the generation, as one batch would hold it
@@ -433,7 +442,7 @@ class Engine {
         const int64_t length = static_cast<int64_t>(prompt.size());
         padded[k].narrow(0, max_prompt_ - length, length).copy_(torch::tensor(prompt, torch::kLong));
       }
-      penalty_ids_.index_copy_(0, slot_index, padded.to(device_));
+      penalty_ids_.index_copy_(0, slot_index, to_device(padded));
     }
     return placed_slots.size();
   }
@@ -456,7 +465,7 @@ class Engine {
     live_ = 0;
     while (live_ < settings_.slots && slots_[static_cast<size_t>(live_)].row >= 0) ++live_;
     if (from.empty()) return;
-    const auto from_index = torch::tensor(from, torch::kLong).to(device_), to_index = torch::tensor(to, torch::kLong).to(device_);
+    const auto from_index = to_device(from), to_index = to_device(to);
     const auto move = [&](torch::Tensor& t) { t.index_copy_(0, to_index, t.index_select(0, from_index)); };
     for (auto* t : {&positions_, &steps_, &rows_, &done_, &logits_}) move(*t);
     if (penalty_) move(penalty_ids_);
@@ -633,7 +642,7 @@ class Engine {
     }
     // freed slots write to the dummy row until they are refilled or packed away
     if (!freed.empty()) {
-      const auto index = torch::tensor(freed, torch::kLong).to(device_);
+      const auto index = to_device(freed);
       rows_.index_fill_(0, index, N_);
       done_.index_fill_(0, index, true);
     }
