@@ -1,14 +1,17 @@
 // Grouped-query attention as one attention per key head (folded_gqa_attention; cuda_backend.h).
 //
-// LibTorch's scaled_dot_product_attention takes grouped-query attention (enable_gqa) only in its flash
-// kernel, which takes no mask, and in its math kernel, which repeats every key and value for each query
-// head of its group and writes the scores out. A decode step always has a mask (left padding, slots of
-// different lengths), so on a GPU it ran the math kernel: for a 0.5B Qwen2.5 shape (14 query heads, 2
-// key heads) seven copies of the whole KV cache per layer and step. Folded, the G query heads that share
-// key head j are G x T query positions of one head j: the same scores, each key read once, and the
-// memory-efficient kernel (masks, any head ratio) takes the call. With gradients (the training pass)
-// the same holds for its backward: the math kernel saved the attention weights of every query head per
-// layer; the memory-efficient one saves the outputs, their log-sum-exp and one mask per key head.
+// LibTorch's scaled_dot_product_attention takes grouped-query attention (enable_gqa) in its flash
+// kernel, which takes no mask; in its cuDNN kernel, half precision only and chosen first only on sm90
+// and sm100 GPUs with cuDNN 9.9 or later; and in its math kernel, which repeats every key and value for
+// each query head of its group and writes the scores out. Its memory-efficient kernel takes masks but
+// not grouped heads. A decode step always has a mask (left padding, slots of different lengths), so it
+// ran the math kernel in float32 anywhere, and in bfloat16 wherever cuDNN does not come first: for a
+// 0.5B Qwen2.5 shape (14 query heads, 2 key heads) seven copies of the whole KV cache per layer and
+// step. Folded, the G query heads that share key head j are G x T query positions of one head j: the
+// same scores, each key read once, and the call has equal head counts, which the memory-efficient
+// kernel takes (or cuDNN, where it comes first). With gradients (the training pass) the same holds for
+// the backward: the math kernel saved the attention weights of every query head per layer; the fused
+// kernels save the outputs, their log-sum-exp and one mask per key head.
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/torch.h>
 
