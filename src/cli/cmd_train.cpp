@@ -17,6 +17,8 @@ void check_train_flags(const TrainOptions& options) {
   inputCheck(options.resume.empty() || !options.overwrite, "train: --resume ", options.resume,
              " and --overwrite contradict each other (--resume continues the run in the directory, --overwrite moves "
              "it aside and starts fresh): pass one");
+  inputCheck(options.profile_step >= 0, "train: --profile-step ", options.profile_step,
+             " is not allowed: expected an optimizer step, 1 or more (0: none)");
   inputCheck(options.allow_config_changes.empty() || !options.resume.empty(),
              "train: --allow-config-change is for a resumed run: add --resume auto|PATH, or drop it");
   for (const std::string& key : options.allow_config_changes) {
@@ -40,7 +42,10 @@ int train(const Args& args) {
       "overwrite", po::bool_switch(&train_options.overwrite),
       "the run directory holds an old run: rename it to DIR.replaced-<UTC time> and start fresh")(
       "allow-config-change", po::value(&train_options.allow_config_changes)->composing(),
-      "with --resume: let KEY differ from the checkpoint's config on purpose (repeatable; docs/hpc.md, Resuming)");
+      "with --resume: let KEY differ from the checkpoint's config on purpose (repeatable; docs/hpc.md, Resuming)")(
+      "profile-step", po::value(&train_options.profile_step),
+      "run optimizer step N (generation included) under LibTorch's profiler: where its time went, per rank, into "
+      "DIR/profile/step-N-rank-R.json (docs/gpu.md, Profiling)");
   po::variables_map vm;
   if (!parse_options(args, "mpirun -np N rayless train --config FILE [--set k=v ...] [--output DIR] [--resume auto|PATH "
                            "[--allow-config-change KEY ...]] [--overwrite]\n"

@@ -25,6 +25,7 @@
 #include "rayless/rollout/replay.h"
 #include "rayless/rollout/rollout_store.h"
 #include "rayless/runtime/available_memory.h"
+#include "rayless/runtime/op_profile.h"
 #include "rayless/runtime/runtime.h"
 #include "rayless/runtime/signals.h"
 #include "rayless/runtime/watchdog.h"
@@ -249,8 +250,14 @@ int Trainer::run() {
   bool have_generation = false;
   std::vector<MicroStep> micro_metrics;
   std::vector<StepMetrics> generation_metrics;
+  std::unique_ptr<OpProfile> profile;  // --profile-step N: step N, from its first micro-step to its log line
+  bool profiled = false;
   while (micro_step_ < total_micro_steps) {
     set_watchdog_step(optimizer_step_);
+    if (options_.profile_step == optimizer_step_ + 1 && micro_metrics.empty() && !profile && !profiled) {
+      profile = start_profile();
+      profiled = !profile;  // a LibTorch without its profiler: said once, the run goes on
+    }
     const int64_t generation_step = this->generation_step();
     const int64_t position_in_cycle = this->position_in_cycle();
 
@@ -289,6 +296,11 @@ int Trainer::run() {
         metrics_log_->write(optimizer_step_, m);
         if (tensorboard_) tensorboard_->add_scalars(optimizer_step_, m);
       }
+      if (profile) {
+        write_profile(*profile);
+        profile.reset();
+        profiled = true;
+      }
       // every rank counted the same steps: they stop together, the last checkpoint as it was
       if (nonfinite_in_a_row_ >= cfg_.train.max_nonfinite_steps)
         throw NonfiniteError(str(nonfinite_in_a_row_, " non-finite steps in a row (steps ", optimizer_step_ - nonfinite_in_a_row_ + 1,
@@ -307,6 +319,9 @@ int Trainer::run() {
     if (micro_step_ < total_micro_steps && stop_for_signal()) return kExitCheckpointedOnSignal;
   }
   finish_run();
+  if (options_.profile_step > 0 && !profiled)
+    log_warn(str("--profile-step ", options_.profile_step, ": this run worked on steps ", first_step_ + 1, " to ",
+                 optimizer_step_, ", not on that one: nothing profiled"));
   std::string gpu_memory;
   if (const auto gpu = device_memory_peaks(device_))
     gpu_memory = str("; peak GPU memory (this rank's caching allocator) ", gpu->allocated_bytes / (1024 * 1024),
@@ -542,6 +557,29 @@ void Trainer::print_samples() {
 }
 
 // TRL's SyncRefModelCallback: ref = alpha * policy + (1 - alpha) * ref every ref_model_sync_steps.
+// --profile-step: LibTorch's profiler from here on; none (and a warning) where this LibTorch has none.
+std::unique_ptr<OpProfile> Trainer::start_profile() const {
+  try {
+    return std::make_unique<OpProfile>(device_);
+  } catch (const std::exception& e) {
+    log_warn(str("--profile-step ", options_.profile_step, ": LibTorch's profiler did not start (", failure_message(e),
+                 "): the step runs unprofiled"));
+    return nullptr;
+  }
+}
+
+// The step's profile, one file per rank; rank 0 says where and gives its headline.
+void Trainer::write_profile(OpProfile& running) {
+  nlohmann::json profile = running.stop(1);
+  profile["optimizer_step"] = optimizer_step_;
+  profile["rank"] = runtime_.rank();
+  const fs::path file = output_dir_ / "profile" / str("step-", optimizer_step_, "-rank-", runtime_.rank(), ".json");
+  fs::create_directories(file.parent_path());
+  write_text_atomically(file, profile.dump(1) + "\n");
+  if (runtime_.rank() == 0)
+    log_info(str("step ", optimizer_step_, " ", profile_line(profile), " (every rank's in ", file.parent_path().string(), ")"));
+}
+
 void Trainer::sync_reference_model() {
   if (!cfg_.grpo.sync_ref_model || optimizer_step_ % cfg_.grpo.ref_model_sync_steps != 0) return;
   torch::NoGradGuard no_grad;

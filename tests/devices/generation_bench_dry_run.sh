@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu/generation_bench.sh's CPU dry run (tiny model, 1 and 4 rows x 8 tokens): what the GPU run
 # hands back in $OUT is there and complete: generation.json names the commit and device, holds the
-# rayless runs with every figure and the weight-streaming floor, and its table has a row per row count.
+# rayless runs with every figure and the weight-streaming floor, and its table has a row per row count;
+# the profiled run's summaries are there and headlined.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d)}
@@ -29,5 +30,12 @@ assert [row["rows"] for row in r["table"]] == [1, 4], r["table"]
 unfolded = r["rayless_attention_unfolded"]
 assert [run["rows"] for run in unfolded["runs"]] == [4], unfolded
 assert [row["unfolded_attention_ms_per_step"] is not None for row in r["table"]] == [False, True], r["table"]
+# the profiled run: its summary file per setting, headlined in generation.json and in the table
+profiles = r["profiles"]
+assert [(p["rows"], p["cuda_graphs"]) for p in profiles] == [(4, "off")], profiles
+for p in profiles:
+    assert os.path.exists(os.path.join(out, p["file"])), p
+    assert p["host_operator_calls_per_step"] > 0 and p["first"], p
+assert "Under the profiler" in open(os.path.join(out, "generation.md")).read()
 print("generation bench dry run: complete")
 PY

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -24,6 +25,7 @@
 #include "rayless/base/error.h"
 #include "rayless/base/files.h"
 #include "rayless/hf/model_directory.h"
+#include "rayless/runtime/op_profile.h"
 #include "rayless/sampler/sampler.h"
 
 namespace rayless::cli {
@@ -33,6 +35,7 @@ struct Measured {
   std::string engine, cuda_graphs = "off", lagged_look = "auto";
   double seconds = 0;
   int64_t tokens = 0, decode_steps = 0, slot_steps = 0, host_syncs = 0, slots = 0;
+  nlohmann::json profile;  // --profile: where one more run's time went (op_profile.h)
 };
 
 // The pre-issue-47 decode loop (src/sampler/sampler.cpp at 7639223), reduced to what the workload uses:
@@ -150,7 +153,8 @@ double read_bytes_per_second(const torch::Device& device) {
 
 int bench_generation(const Args& args) {
   po::options_description options("rayless-bench generation");
-  std::string model_json, rows_list, sync_list, engines, device_name, dtype_name, json_out, graphs_list, lagged_list;
+  std::string model_json, rows_list, sync_list, engines, device_name, dtype_name, json_out, graphs_list, lagged_list,
+      profile_dir;
   int64_t tokens = 256, short_tokens = 16, prompt_tokens = 32, slots = 0, repeats = 2;
   uint64_t seed = 1;
   bool greedy = false;
@@ -173,6 +177,9 @@ int bench_generation(const Args& args) {
       ("device", po::value(&device_name)->default_value("cpu"), "cpu | cuda")
       ("dtype", po::value(&dtype_name)->default_value("float32"), "float32 | bfloat16 | float16 (GPU)")
       ("json", po::value(&json_out)->default_value(""), "also write the results and settings to this JSON file")
+      ("profile", po::value(&profile_dir)->default_value(""),
+       "after the timed runs, one more run of each setting under LibTorch's profiler (host operators; on CUDA "
+       "kernels, copies, launches, host waits): a summary per run into this folder (op_profile.h)")
       ("seed", po::value(&seed)->default_value(seed), "weights and sampling seed");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench generation [--model-json FILE] [--rows 64] [--tokens N] [--sync-intervals 1,4,8]",
@@ -190,6 +197,7 @@ int bench_generation(const Args& args) {
   const std::vector<int64_t> sync_intervals = parse_rows(sync_list, "bench generation --sync-intervals");
   const std::vector<std::string> graph_modes = parse_modes(graphs_list, "--cuda-graphs");
   const std::vector<std::string> lagged_modes = parse_modes(lagged_list, "--lagged-look");
+  if (!profile_dir.empty()) std::filesystem::create_directories(profile_dir);
   nlohmann::json config = read_json_file(model_json);
   if (!config.contains("vocab_size")) config["vocab_size"] = 272;
   const ModelArchConfig arch = ModelArchConfig::from_json(config, model_json);
@@ -218,12 +226,21 @@ int bench_generation(const Args& args) {
       for (int64_t t = 0; t < length; ++t) prompts[static_cast<size_t>(r)].push_back(1 + (r * 31 + t * 7) % 200);
       params.row_max_new_tokens.push_back(r % 4 == 0 ? short_tokens : tokens);
     }
-    const auto best_of = [&](auto&& run) {
+    const auto best_of = [&](auto&& run, const std::string& profile_name) {
       run();  // warm-up
       Measured best;
       for (int64_t i = 0; i < repeats; ++i) {
         Measured m = run();
         if (i == 0 || m.seconds < best.seconds) best = m;
+      }
+      if (!profile_dir.empty()) {  // not timed: the profiler slows what it records
+        OpProfile profile(device);
+        const Measured m = run();
+        best.profile = profile.stop(m.decode_steps);
+        best.profile["file"] = str(profile_dir, "/generation-rows", rows, "-", profile_name, ".json");
+        write_text_atomically(best.profile["file"].get<std::string>(), best.profile.dump(1) + "\n");
+        std::fprintf(stderr, "bench generation: %lld rows, %s: %s\n", static_cast<long long>(rows), m.engine.c_str(),
+                     profile_line(best.profile).c_str());
       }
       results.push_back(best);
       results_rows.push_back(rows);
@@ -231,7 +248,7 @@ int bench_generation(const Args& args) {
     std::fprintf(stderr, "bench generation: %s on %s (%s), %lld rows x up to %lld tokens (every fourth row %lld)\n",
                  model_json.c_str(), device_name.c_str(), dtype_name.c_str(), static_cast<long long>(rows),
                  static_cast<long long>(tokens), static_cast<long long>(short_tokens));
-    if (engines != "new") best_of([&] { return old_engine(model, prompts, params, seed); });
+    if (engines != "new") best_of([&] { return old_engine(model, prompts, params, seed); }, "old");
     if (engines != "old")
       for (const std::string& graphs : graph_modes)
         for (const std::string& lagged : lagged_modes)
@@ -241,7 +258,8 @@ int bench_generation(const Args& args) {
             p.sync_interval = interval;
             p.cuda_graphs = graphs;
             p.lagged_look = lagged;
-            best_of([&] { return new_engine(model, prompts, p, seed); });
+            best_of([&] { return new_engine(model, prompts, p, seed); },
+                    str("graphs-", graphs, "-lagged-", lagged, "-sync", interval));
           }
   }
   std::printf("weights %.1f MB, read at %.1f GB/s: a decode step's floor is %.3f ms\n", weight_bytes / 1e6, read_rate / 1e9,
@@ -263,6 +281,13 @@ int bench_generation(const Args& args) {
     runs.push_back({{"rows", results_rows[i]}, {"engine", m.engine}, {"cuda_graphs", m.cuda_graphs}, {"lagged_look", m.lagged_look}, {"slots", m.slots}, {"tokens", m.tokens},
                     {"seconds", m.seconds}, {"tokens_per_s", tokens_per_s}, {"decode_steps", m.decode_steps},
                     {"ms_per_decode_step", step_ms}, {"slot_occupancy", occupancy}, {"host_syncs_per_token", syncs_per_token}});
+    if (!m.profile.is_null()) {  // the profile's headline figures; the rest in its file
+      nlohmann::json headline;
+      for (const char* key : {"file", "host_operator_calls_per_step", "device_busy_share", "kernels_per_step",
+                              "kernel_launches_per_step", "graph_launches_per_step", "host_waits_per_step"})
+        if (m.profile.contains(key)) headline[key] = m.profile[key];
+      runs.back()["profile"] = headline;
+    }
   }
   if (!json_out.empty()) {
     const nlohmann::json j = {{"model_json", model_json}, {"device", device_name}, {"dtype", dtype_name},

@@ -5,7 +5,7 @@
 # checks the run's peak GPU memory metrics, and measures sampling/training tokens/s, the log-prob pass and a bf16 matmul for reference. Every step
 # is timed and logged; a failing step is recorded and the next one still runs. Everything lands in
 # $OUT (default gpu-check-out/): device_check.log, steps.tsv, figures.json, metrics.jsonl (the training
-# run's), gpu_memory_mib.txt. The model and the run's checkpoints (gigabytes) go to $WORK (default
+# run's), profile-train-step-2.json (its step 2 under LibTorch's profiler), gpu_memory_mib.txt. The model and the run's checkpoints (gigabytes) go to $WORK (default
 # $OUT/work), which the device run points outside $OUT so that only the small files come back.
 #
 #   tools/gpu/fetch_deps.sh                           # here: the Debian packages the device lacks
@@ -91,7 +91,8 @@ train_args=(--config configs/demo.toml --set "model.path=\"$model_dir\"" --set m
             --set checkpoint.save_steps=1000 --set log.logging_steps=1 "${size_args[@]}")
 train_until_signal() {
   # not under timeout(1): it would take the SIGUSR1 itself; a watchdog ends a run that ignores it
-  "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set train.max_steps=100 &
+  # step 2 under LibTorch's profiler: where a whole step's time goes (docs/gpu.md, Profiling)
+  "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set train.max_steps=100 --profile-step 2 &
   local pid=$! i
   for ((i = 0; i < 600; i++)); do
     [ "$(wc -l < "$run_dir/metrics.jsonl" 2>/dev/null || echo 0)" -ge "$steps" ] && break
@@ -116,6 +117,19 @@ if command -v nvidia-smi >/dev/null; then
   gpu_memory_sampler=$!
 fi
 step train-signal train_until_signal
+# its step 2's profile: the headline (the busy share of the device, kernels and host waits per step)
+train_profile() {
+  python3 - "$run_dir/profile/step-2-rank-0.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+first = (p.get("top_kernels") or p["top_level_operators"])[:3]
+busy = f", device busy {100 * p['device_busy_share']:.0f} %, {p['kernels_per_step']:.0f} kernels, {p['host_waits_per_step']:.0f} host waits" \
+    if "device_busy_share" in p else ""
+print(f"train step 2: {p['recorded_ms']:.0f} ms recorded{busy}, {p['host_operator_calls_per_step']:.0f} host operators; first: "
+      + "; ".join(f"{f['name'][:60]} {100 * f['share']:.0f} %" for f in first))
+PY
+}
+step train-profile train_profile
 resume_once() {
   local done_steps=$(wc -l < "$run_dir/metrics.jsonl")
   timeout 120 "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set "train.max_steps=$((done_steps + 1))" --resume auto
@@ -209,6 +223,7 @@ step matmul matmul
 
 # ---- 4. figures ------------------------------------------------------------------------------------
 cp "$run_dir/metrics.jsonl" "$OUT/metrics.jsonl" 2>/dev/null
+cp "$run_dir/profile/step-2-rank-0.json" "$OUT/profile-train-step-2.json" 2>/dev/null
 # LibTorch's error backtraces name rayless's own frames only by offset: add function and line
 symbolize() {
   local offsets
@@ -228,6 +243,13 @@ if os.path.exists(metrics_path):
     rows = [json.loads(l) for l in open(metrics_path) if l.strip()]
     keys = ["tokens_per_second", "time/sampling", "time/train", "step_time", "memory/peak_rss_mb", "entropy_threshold", "loss"]
     figures["train"] = [{k: r.get(k) for k in ["step"] + keys} for r in rows]
+profile_path = os.path.join(out, "profile-train-step-2.json")
+if os.path.exists(profile_path):  # the headline; the whole summary beside it
+    profile = json.load(open(profile_path))
+    first = profile.get("top_kernels") or profile["top_level_operators"]
+    figures["train_step_2_profile"] = {k: profile[k] for k in ("recorded_ms", "device_busy_share", "kernels_per_step",
+                                                                "host_waits_per_step", "host_operator_calls_per_step") if k in profile}
+    figures["train_step_2_profile"]["first"] = [{"name": f["name"][:80], "share": f["share"]} for f in first[:5]]
 memory_path = os.path.join(out, "gpu_memory_mib.txt")
 if os.path.exists(memory_path):
     used = [int(v) for v in open(memory_path).read().split() if v.strip().isdigit()]

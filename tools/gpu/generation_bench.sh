@@ -7,6 +7,9 @@
 # device, settings, both tools' figures, the floor) and $OUT/generation.md (the table), for docs/gpu/.
 # rayless runs with generation.cuda_graphs = auto (graphs in a CUDA build; the log's start-up line says),
 # and again at 16 and 256 rows with its grouped-query attention kernel off (the attention's share).
+# Last, a shorter run at 16 and 256 rows under LibTorch's profiler (rayless-bench generation --profile):
+# the device's busy share, kernels and host waits per decode step, the kernels that take the time
+# ($OUT/profiles/, summarised in generation.json and generation.md).
 #
 #   run (carry .gpu-deps): tools/gpu/generation_bench.sh          # on the GPU machine, < 8 minutes
 #   tools/gpu/generation_bench.sh --dry-run [--no-build]          # here, on the CPU: tiny model,
@@ -24,11 +27,11 @@ say() { printf 'generation-bench: %s\n' "$*"; }
 
 if [ $dry_run = 1 ]; then
   build_dir=build device=cpu dtype=float32 model_json=tools/bench/models/tiny.json rows=1,4 tokens=8 sync=1 graphs=off
-  unfolded_rows=4 unfolded_graphs=off
+  unfolded_rows=4 unfolded_graphs=off profile_rows=4 profile_tokens=8 profile_graphs=off
   [ $build = 1 ] && { ./tools/setup.sh || exit 1; }
 else
   build_dir=build-gpu device=cuda dtype=bfloat16 model_json=tools/bench/models/qwen2.5-0.5b.json rows=1,16,64,256 tokens=256 sync=8 graphs=off,on
-  unfolded_rows=16,256 unfolded_graphs=on
+  unfolded_rows=16,256 unfolded_graphs=on profile_rows=16,256 profile_tokens=64 profile_graphs=off,on
   use_carried_packages || exit 1
   use_cuda_and_nccl || exit 1
   [ $build = 1 ] && { build_for_gpu "$build_dir" rayless-bench || exit 1; }
@@ -64,6 +67,13 @@ else
   say "no Python with torch and transformers here (TRANSFORMERS_PYTHON, python3, .venv-tools): the transformers side is left out"
 fi
 
+# where a decode step's time goes: one more run of each setting under the profiler (not timed)
+say "rayless under the profiler: rows $profile_rows x $profile_tokens tokens, cuda_graphs $profile_graphs"
+timeout 150 "$build_dir/rayless-bench" generation --model-json "$model_json" --device "$device" --dtype "$dtype" \
+  --rows "$profile_rows" --tokens "$profile_tokens" --short "$profile_tokens" --engines new --sync-intervals "$sync" \
+  --cuda-graphs "$profile_graphs" --repeats 1 --profile "$OUT/profiles" --json "$OUT/generation_profiled.json"
+say "rayless-bench (profiled) exit $?"
+
 # the commit: git's, or the one fetch_deps.sh recorded (the GPU machine's copy has no .git)
 commit=$(git rev-parse HEAD 2>/dev/null || cat .gpu-deps/source-commit 2>/dev/null || echo unknown)
 python3 - "$OUT" "$device" "$commit" <<'PY'
@@ -74,6 +84,7 @@ def load(name):
     return json.load(open(path)) if os.path.exists(path) else None
 rayless, hf = load("generation_rayless.json"), load("generation_transformers.json")
 unfolded = load("generation_rayless_unfolded.json")
+profiled = load("generation_profiled.json")
 gpu = "cpu"
 if device == "cuda":
     try:
@@ -95,6 +106,18 @@ if rayless:
                      "transformers_tokens_per_s": theirs["tokens_per_s"] if theirs else None,
                      "transformers_ms_per_step": theirs["ms_per_decode_step"] if theirs else None})
 result["table"] = rows
+# the profiled runs' headlines, with each run's first three kernels (or host operators, on the CPU)
+profiles = []
+for run in (profiled or {}).get("runs", []):
+    if "profile" not in run:
+        continue
+    summary = json.load(open(run["profile"]["file"]))
+    first = summary.get("top_kernels") or summary["top_level_operators"]
+    profiles.append({"rows": run["rows"], "cuda_graphs": run["cuda_graphs"], "ms_per_step_profiled": run["ms_per_decode_step"],
+                     "file": os.path.relpath(run["profile"]["file"], out),
+                     **{k: v for k, v in run["profile"].items() if k != "file"},
+                     "first": [{"name": f["name"][:80], "share": f["share"]} for f in first[:3]]})
+result["profiles"] = profiles
 json.dump(result, open(os.path.join(out, "generation.json"), "w"), indent=2)
 with open(os.path.join(out, "generation.md"), "w") as md:
     md.write(f"commit {commit}, device {gpu}\n\n")
@@ -106,6 +129,15 @@ with open(os.path.join(out, "generation.md"), "w") as md:
                  f"{fmt(r['unfolded_attention_ms_per_step'], '.2f')} | "
                  f"{fmt(r['transformers_tokens_per_s'], '.0f')} | {fmt(r['transformers_ms_per_step'], '.2f')} | "
                  f"{fmt(r['floor_ms_per_step'], '.3f')} |\n")
+    if profiles:
+        md.write("\nUnder the profiler (shorter runs; its own overhead included):\n\n")
+        md.write("| rows | CUDA graphs | device busy | kernels per step | host waits per step | host operators per step | first three |\n")
+        md.write("|---|---|---|---|---|---|---|\n")
+        for p in profiles:
+            busy = "n/a" if "device_busy_share" not in p else f"{100 * p['device_busy_share']:.0f} %"
+            first = "; ".join(f"{f['name']} {100 * f['share']:.0f} %" for f in p["first"])
+            md.write(f"| {p['rows']} | {p['cuda_graphs']} | {busy} | {fmt(p.get('kernels_per_step'), '.0f')} | "
+                     f"{fmt(p.get('host_waits_per_step'), '.2f')} | {p['host_operator_calls_per_step']:.0f} | {first} |\n")
 print(open(os.path.join(out, "generation.md")).read())
 PY
 exit $rayless_rc

@@ -44,6 +44,7 @@
 namespace rayless {
 
 class Communicator;
+class OpProfile;
 class DataParallel;
 class MetricsLog;
 class Optimizer;
@@ -64,6 +65,7 @@ struct TrainOptions {
   std::string resume;                  // --resume auto|PATH (empty = fresh start)
   bool overwrite = false;              // --overwrite: move an old run in the directory aside
   std::vector<std::string> allow_config_changes;  // --allow-config-change KEY: may differ from the checkpoint's
+  int64_t profile_step = 0;  // --profile-step N: optimizer step N under LibTorch's profiler (0: none)
 };
 
 // Called on every rank after each micro-step (micro_step = completed micro-steps), before the ranks
@@ -199,6 +201,8 @@ class Trainer {
 
   // checkpoints (trainer_checkpoint.cpp)
   void save(bool at_optimizer_boundary);
+  std::unique_ptr<OpProfile> start_profile() const;  // --profile-step: the profiler, or none where it cannot start
+  void write_profile(OpProfile& running);             // and its summary, profile/step-N-rank-R.json
   void finish_run();   // the last checkpoint (with generation ranks: at a last meeting, which ends their loop)
   bool checkpoint_due() const;  // the periodic checkpoint after this optimizer step
   void restore(const std::filesystem::path& checkpoint);
