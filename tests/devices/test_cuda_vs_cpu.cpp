@@ -126,3 +126,45 @@ TEST_CASE("cuda: grouped-query attention folded per key head gives enable_gqa's 
   CHECK(torch::equal(folded.completion_ids.cpu(), reference.completion_ids.cpu()));
   CHECK((folded.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
 }
+
+// The CUDA backend's RMSNorm (fused_rms_norm: LibTorch's _fused_rms_norm kernel) against transformers'
+// formula on the CPU, values in float32 and bfloat16 and float32 gradients, then in the model: greedy
+// tokens with the kernel equal the tokens without it.
+TEST_CASE("cuda: the fused RMSNorm gives transformers' norm and gradients, and the same tokens") {
+  if (!have_cuda()) return;
+  torch::manual_seed(10);
+  const torch::Device cuda(torch::kCUDA, 0);
+  const auto reference_norm = [](const torch::Tensor& x, const torch::Tensor& weight) {
+    const auto h = x.to(torch::kFloat32);
+    return weight * (h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-6)).to(x.scalar_type());
+  };
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO(dtype);
+    const auto x = torch::randn({16, 1, 896}).to(dtype), weight = (1.0 + torch::randn({896})).to(dtype);
+    torch::Tensor on_gpu;
+    {
+      torch::NoGradGuard no_grad;
+      on_gpu = ops::rms_norm(x.to(cuda), weight.to(cuda), 1e-6).cpu();
+    }
+    const auto expected = reference_norm(x, weight);
+    const double error = ((on_gpu.to(torch::kFloat32) - expected.to(torch::kFloat32)).abs() /
+                          (1.0 + expected.to(torch::kFloat32).abs())).max().item<double>();
+    INFO("largest difference " << error);
+    CHECK(error <= (dtype == torch::kFloat32 ? 1e-5 : 1e-2));
+  }
+  {
+    const auto x0 = torch::randn({5, 7, 64}), w0 = 1.0 + torch::randn({64}), upstream = torch::randn({5, 7, 64});
+    auto xg = x0.to(cuda).requires_grad_(true), wg = w0.to(cuda).requires_grad_(true);
+    (ops::rms_norm(xg, wg, 1e-6) * upstream.to(cuda)).sum().backward();
+    auto xc = x0.clone().requires_grad_(true), wc = w0.clone().requires_grad_(true);
+    (reference_norm(xc, wc) * upstream).sum().backward();
+    CHECK((xg.grad().cpu() - xc.grad()).abs().max().item<double>() <= 1e-4);
+    CHECK((wg.grad().cpu() - wc.grad()).abs().max().item<double>() <= 1e-3);
+  }
+  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);
+  const GenerationOutput fused = greedy_tokens(gpu);
+  const ops::KernelOverride off(ops::Kernel::fused_rms_norm, false);
+  const GenerationOutput reference = greedy_tokens(gpu);
+  CHECK(torch::equal(fused.completion_ids.cpu(), reference.completion_ids.cpu()));
+  CHECK((fused.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
+}

@@ -72,12 +72,15 @@ else
 fi
 
 # ---- portable kernels have switches too
-# the CUDA backend's kernel is in the plan on every machine, with its switch
+# the CUDA backend's kernels are in the plan on every machine, with their switches
 expect attention.cuda \
   "kernel attention.cuda folded_gqa_attention (RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0: LibTorch's attention with enable_gqa, under a mask its math kernel)"
 expect attention.cuda \
   "kernel attention.cuda LibTorch's attention with enable_gqa, under a mask its math kernel (folded_gqa_attention: RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0)" \
   RAYLESS_KERNEL_FOLDED_GQA_ATTENTION=0
+expect rms_norm.cuda "kernel rms_norm.cuda fused_rms_norm (RAYLESS_KERNEL_FUSED_RMS_NORM=0: LibTorch's operators (transformers' formula))"
+expect rms_norm.cuda "kernel rms_norm.cuda LibTorch's operators (transformers' formula) (fused_rms_norm: RAYLESS_KERNEL_FUSED_RMS_NORM=0)" \
+  RAYLESS_KERNEL_FUSED_RMS_NORM=0
 expect rotary.decode "kernel rotary.decode LibTorch's operators (decode_rotary: RAYLESS_KERNEL_DECODE_ROTARY=0)" \
   RAYLESS_KERNEL_DECODE_ROTARY=0
 

@@ -30,7 +30,8 @@ enum class Kernel {
   adamw_single_pass,            // AdamW's update in one pass over memory
   sum_of_squares_single_pass,   // the gradient norm's sum of squares in one pass, eight float64 sums
   // portable, for a CUDA device: LibTorch compositions that reach its fused CUDA kernels
-  folded_gqa_attention,         // grouped-query attention without gradients as one attention per key head
+  folded_gqa_attention,         // grouped-query attention as one attention per key head
+  fused_rms_norm,               // RMSNorm as LibTorch's _fused_rms_norm: one kernel forward, one backward
   // x86 AVX2 (RAYLESS_AVX2=0 turns every one off)
   avx2_linear,                  // generation's float32 products, 6 rows x 16 outputs in registers
   avx2_decode_attention,        // a decode step's float32 attention in one pass

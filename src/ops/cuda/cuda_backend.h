@@ -13,4 +13,9 @@ namespace rayless::ops::cuda {
 torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& allowed, double scale);
 
+// RMSNorm as LibTorch's _fused_rms_norm (fused_rms_norm.cpp), with or without gradients: x [..., D] and
+// weight [D] of one dtype, float32 or narrower. Returns x's shape and dtype, or undefined where it does
+// not apply (the kernel off, mixed dtypes, float64).
+torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
 }  // namespace rayless::ops::cuda

@@ -12,6 +12,7 @@ const BackendTable& cuda_table() {
     BackendTable t;
     t.name = "cuda";
     t.padded_attention = cuda::folded_gqa_attention;
+    t.rms_norm = cuda::fused_rms_norm;
     return t;
   }();
   return table;
