@@ -168,3 +168,37 @@ TEST_CASE("cuda: the fused RMSNorm gives transformers' norm and gradients, and t
   CHECK(torch::equal(fused.completion_ids.cpu(), reference.completion_ids.cpu()));
   CHECK((fused.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
 }
+
+// The CUDA backend's decode-step rotary embedding (joint_rotary: q and k together, half by half)
+// against transformers' formula on the CPU, then in the model: greedy tokens with it equal the tokens
+// without it.
+TEST_CASE("cuda: a decode step's joint rotary embedding gives transformers' rotation, and the same tokens") {
+  if (!have_cuda()) return;
+  torch::manual_seed(12);
+  const torch::Device cuda(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO(dtype);
+    const auto qkv = torch::randn({16, 18, 64}).to(dtype);  // 14 query heads and 2 key heads, then values
+    const auto angles = torch::rand({16, 1, 32}) * 50.0;
+    const auto cos = torch::cat({angles, angles}, -1).cos().to(dtype), sin = torch::cat({angles, angles}, -1).sin().to(dtype);
+    std::pair<torch::Tensor, torch::Tensor> on_gpu, on_cpu;
+    {
+      torch::NoGradGuard no_grad;
+      const auto qkv_gpu = qkv.to(cuda);
+      on_gpu = ops::decode_rotary(qkv_gpu.narrow(1, 0, 14), qkv_gpu.narrow(1, 14, 2), cos.to(cuda), sin.to(cuda));
+      const ops::KernelOverride cpu_kernel_off(ops::Kernel::decode_rotary, false);  // the CPU's reference
+      on_cpu = ops::decode_rotary(qkv.narrow(1, 0, 14), qkv.narrow(1, 14, 2), cos, sin);
+    }
+    for (const auto& [gpu, cpu] : {std::pair{on_gpu.first, on_cpu.first}, std::pair{on_gpu.second, on_cpu.second}}) {
+      const double error = (gpu.cpu().to(torch::kFloat32) - cpu.to(torch::kFloat32)).abs().max().item<double>();
+      INFO("largest difference " << error);
+      CHECK(error <= (dtype == torch::kFloat32 ? 1e-5 : 5e-2));
+    }
+  }
+  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);
+  const GenerationOutput joint = greedy_tokens(gpu);
+  const ops::KernelOverride off(ops::Kernel::joint_rotary, false);
+  const GenerationOutput reference = greedy_tokens(gpu);
+  CHECK(torch::equal(joint.completion_ids.cpu(), reference.completion_ids.cpu()));
+  CHECK((joint.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
+}

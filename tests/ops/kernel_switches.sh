@@ -81,6 +81,9 @@ expect attention.cuda \
 expect rms_norm.cuda "kernel rms_norm.cuda fused_rms_norm (RAYLESS_KERNEL_FUSED_RMS_NORM=0: LibTorch's operators (transformers' formula))"
 expect rms_norm.cuda "kernel rms_norm.cuda LibTorch's operators (transformers' formula) (fused_rms_norm: RAYLESS_KERNEL_FUSED_RMS_NORM=0)" \
   RAYLESS_KERNEL_FUSED_RMS_NORM=0
+expect rotary.cuda "kernel rotary.cuda joint_rotary (RAYLESS_KERNEL_JOINT_ROTARY=0: LibTorch's operators (transformers' formula))"
+expect rotary.cuda "kernel rotary.cuda LibTorch's operators (transformers' formula) (joint_rotary: RAYLESS_KERNEL_JOINT_ROTARY=0)" \
+  RAYLESS_KERNEL_JOINT_ROTARY=0
 expect rotary.decode "kernel rotary.decode LibTorch's operators (decode_rotary: RAYLESS_KERNEL_DECODE_ROTARY=0)" \
   RAYLESS_KERNEL_DECODE_ROTARY=0
 

@@ -32,6 +32,7 @@ enum class Kernel {
   // portable, for a CUDA device: LibTorch compositions that reach its fused CUDA kernels
   folded_gqa_attention,         // grouped-query attention as one attention per key head
   fused_rms_norm,               // RMSNorm as LibTorch's _fused_rms_norm: one kernel forward, one backward
+  joint_rotary,                 // a decode step's q and k rotated together, half by half: three kernels
   // x86 AVX2 (RAYLESS_AVX2=0 turns every one off)
   avx2_linear,                  // generation's float32 products, 6 rows x 16 outputs in registers
   avx2_decode_attention,        // a decode step's float32 attention in one pass

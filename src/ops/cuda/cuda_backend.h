@@ -4,6 +4,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include <utility>
+
 namespace rayless::ops::cuda {
 
 // Attention where the query heads outnumber the key heads (grouped-query attention,
@@ -17,5 +19,12 @@ torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& 
 // weight [D] of one dtype, float32 or narrower. Returns x's shape and dtype, or undefined where it does
 // not apply (the kernel off, mixed dtypes, float64).
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// A decode step's rotary embedding (joint_rotary.cpp): q [B, H, D] and k [B, H_kv, D] with the tables
+// cos, sin [B, 1, D], without gradients -> q [B, H, 1, D] and k [B, H_kv, 1, D] (ops.h, decode_rotary),
+// in the dtype the reference's operators give. Undefined where it does not apply (the kernel off,
+// gradients, other shapes).
+std::pair<torch::Tensor, torch::Tensor> joint_rotary(const torch::Tensor& q, const torch::Tensor& k,
+                                                      const torch::Tensor& cos, const torch::Tensor& sin);
 
 }  // namespace rayless::ops::cuda

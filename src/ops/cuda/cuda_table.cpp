@@ -13,6 +13,7 @@ const BackendTable& cuda_table() {
     t.name = "cuda";
     t.padded_attention = cuda::folded_gqa_attention;
     t.rms_norm = cuda::fused_rms_norm;
+    t.decode_rotary = cuda::joint_rotary;
     return t;
   }();
   return table;
