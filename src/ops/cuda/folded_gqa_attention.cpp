@@ -34,7 +34,9 @@ torch::Tensor folded_gqa_attention(const torch::Tensor& q, const torch::Tensor& 
   // query positions of head j, row-major in (group member, position)
   const auto folded_q = q.reshape({B, H_kv, G * T, D});
   std::optional<torch::Tensor> mask;
-  if (allowed.defined()) {
+  if (allowed.defined() && allowed.size(2) == 1) {
+    mask = allowed;  // the same keys for every query (a decode step's): it broadcasts over the folded positions
+  } else if (allowed.defined()) {
     const int64_t rows = allowed.size(0);
     // the same keys for every member of a group: the mask repeated along the folded positions
     mask = allowed.expand({rows, 1, T, S}).unsqueeze(2).expand({rows, 1, G, T, S}).reshape({rows, 1, G * T, S});
