@@ -79,4 +79,17 @@ const BackendTable& cuda_table();  // cuda/cuda_table.cpp
 // undefined parts.
 torch::Tensor fused_in(const std::vector<torch::Tensor>& parts, torch::ScalarType dtype);
 
+// Tests: while alive, the CPU runs `table` in place of its own. The CUDA backend's entries are LibTorch
+// compositions, so the whole model runs them on the CPU: their call sites are checked without a GPU.
+class CpuRunsTable {
+ public:
+  explicit CpuRunsTable(const BackendTable& table);
+  ~CpuRunsTable();
+  CpuRunsTable(const CpuRunsTable&) = delete;
+  CpuRunsTable& operator=(const CpuRunsTable&) = delete;
+
+ private:
+  const BackendTable* previous_;
+};
+
 }  // namespace rayless::ops
