@@ -91,8 +91,7 @@ train_args=(--config configs/demo.toml --set "model.path=\"$model_dir\"" --set m
             --set checkpoint.save_steps=1000 --set log.logging_steps=1 "${size_args[@]}")
 train_until_signal() {
   # not under timeout(1): it would take the SIGUSR1 itself; a watchdog ends a run that ignores it
-  # step 2 under LibTorch's profiler: where a whole step's time goes (docs/gpu.md, Profiling)
-  "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set train.max_steps=100 --profile-step 2 &
+  "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set train.max_steps=100 &
   local pid=$! i
   for ((i = 0; i < 600; i++)); do
     [ "$(wc -l < "$run_dir/metrics.jsonl" 2>/dev/null || echo 0)" -ge "$steps" ] && break
@@ -117,19 +116,6 @@ if command -v nvidia-smi >/dev/null; then
   gpu_memory_sampler=$!
 fi
 step train-signal train_until_signal
-# its step 2's profile: the headline (the busy share of the device, kernels and host waits per step)
-train_profile() {
-  python3 - "$run_dir/profile/step-2-rank-0.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-first = (p.get("top_kernels") or p["top_level_operators"])[:3]
-busy = f", device busy {100 * p['device_busy_share']:.0f} %, {p['kernels_per_step']:.0f} kernels, {p['host_waits_per_step']:.0f} host waits" \
-    if "device_busy_share" in p else ""
-print(f"train step 2: {p['recorded_ms']:.0f} ms recorded{busy}, {p['host_operator_calls_per_step']:.0f} host operators; first: "
-      + "; ".join(f"{f['name'][:60]} {100 * f['share']:.0f} %" for f in first))
-PY
-}
-step train-profile train_profile
 resume_once() {
   local done_steps=$(wc -l < "$run_dir/metrics.jsonl")
   timeout 120 "$build_dir/rayless" train "${train_args[@]}" --output "$run_dir" --set "train.max_steps=$((done_steps + 1))" --resume auto
@@ -187,6 +173,24 @@ step train-lora train_variant lora --set lora.enabled=true
 step train-checkpointing train_variant checkpointing --set train.gradient_checkpointing=true
 step train-padded train_variant padded --set train.padding_free=false
 step train-autocast train_variant autocast --set model.dtype=float32 --set train.bf16=true
+# where a whole step's time goes: a run of its own (2 steps, the main run's settings) with step 2 under
+# LibTorch's profiler (docs/gpu.md, Profiling), apart from the main run so that a profiler that cannot
+# start or hangs costs only this step; the headline: the device's busy share, kernels and host waits
+train_profile() {
+  timeout 150 "$build_dir/rayless" train "${train_args[@]}" --output "$WORK/variant-profile" --set train.max_steps=2 \
+    --profile-step 2 || return 1
+  cp "$WORK/variant-profile/profile/step-2-rank-0.json" "$OUT/profile-train-step-2.json" || return 1
+  python3 - "$OUT/profile-train-step-2.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+first = (p.get("top_kernels") or p["top_level_operators"])[:3]
+busy = f", device busy {100 * p['device_busy_share']:.0f} %, {p['kernels_per_step']:.0f} kernels, {p['host_waits_per_step']:.0f} host waits" \
+    if "device_busy_share" in p else ""
+print(f"train step 2: {p['recorded_ms']:.0f} ms recorded{busy}, {p['host_operator_calls_per_step']:.0f} host operators; first: "
+      + "; ".join(f"{f['name'][:60]} {100 * f['share']:.0f} %" for f in first))
+PY
+}
+step train-profile train_profile
 
 # ---- 3. measurements ------------------------------------------------------------------------------
 # where one generation's host time goes, by ATen operator (tools/profile/op_times.cpp, preloaded):
@@ -223,7 +227,6 @@ step matmul matmul
 
 # ---- 4. figures ------------------------------------------------------------------------------------
 cp "$run_dir/metrics.jsonl" "$OUT/metrics.jsonl" 2>/dev/null
-cp "$run_dir/profile/step-2-rank-0.json" "$OUT/profile-train-step-2.json" 2>/dev/null
 # LibTorch's error backtraces name rayless's own frames only by offset: add function and line
 symbolize() {
   local offsets
