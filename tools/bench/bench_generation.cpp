@@ -20,6 +20,7 @@
 #include <torch/cuda.h>
 
 #include "bench/benches.h"
+#include "ops/backend.h"
 #include "cli/options.h"
 #include "rayless/base/choices.h"
 #include "rayless/base/error.h"
@@ -154,7 +155,7 @@ double read_bytes_per_second(const torch::Device& device) {
 int bench_generation(const Args& args) {
   po::options_description options("rayless-bench generation");
   std::string model_json, rows_list, sync_list, engines, device_name, dtype_name, json_out, graphs_list, lagged_list,
-      profile_dir;
+      profile_dir, table_name;
   int64_t tokens = 256, short_tokens = 16, prompt_tokens = 32, slots = 0, repeats = 2;
   uint64_t seed = 1;
   bool greedy = false;
@@ -180,6 +181,9 @@ int bench_generation(const Args& args) {
       ("profile", po::value(&profile_dir)->default_value(""),
        "after the timed runs, one more run of each setting under LibTorch's profiler (host operators; on CUDA "
        "kernels, copies, launches, host waits): a summary per run into this folder (op_profile.h)")
+      ("cpu-runs-table", po::value(&table_name)->default_value("cpu"),
+       "cpu | cuda: the backend table the CPU runs (cuda: the CUDA backend's kernels, LibTorch compositions, on the "
+       "CPU; with --profile, the operators a GPU's decode step would launch, counted without a GPU)")
       ("seed", po::value(&seed)->default_value(seed), "weights and sampling seed");
   po::variables_map vm;
   if (!parse_options(args, "rayless-bench generation [--model-json FILE] [--rows 64] [--tokens N] [--sync-intervals 1,4,8]",
@@ -189,6 +193,9 @@ int bench_generation(const Args& args) {
              "bench generation: --tokens, --short, --repeats must be >= 1, --prompt-tokens >= 2, --slots >= 0");
   inputCheck(engines == "old" || engines == "new" || engines == "both", "bench generation: --engines must be old, new or both");
   inputCheck(device_name == "cpu" || device_name == "cuda", "bench generation: --device must be cpu or cuda");
+  inputCheck(table_name == "cpu" || table_name == "cuda", "bench generation: --cpu-runs-table must be cpu or cuda");
+  std::optional<ops::CpuRunsTable> cpu_runs_cuda;
+  if (table_name == "cuda") cpu_runs_cuda.emplace(ops::cuda_table());
   inputCheck(device_name == "cpu" || torch::cuda::is_available(), "bench generation: --device cuda but no CUDA device");
   inputCheck(device_name == "cpu" || engines == "new", "bench generation: the old engine runs on the CPU only (--engines new)");
   const torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
@@ -290,7 +297,7 @@ int bench_generation(const Args& args) {
     }
   }
   if (!json_out.empty()) {
-    const nlohmann::json j = {{"model_json", model_json}, {"device", device_name}, {"dtype", dtype_name},
+    const nlohmann::json j = {{"model_json", model_json}, {"device", device_name}, {"dtype", dtype_name}, {"cpu_runs_table", table_name},
                               {"tokens", tokens}, {"short_tokens", short_tokens}, {"prompt_tokens", prompt_tokens},
                               {"greedy", greedy}, {"weight_bytes", weight_bytes}, {"read_bytes_per_s", read_rate},
                               {"floor_ms_per_decode_step", 1e3 * weight_bytes / read_rate}, {"runs", runs}};
