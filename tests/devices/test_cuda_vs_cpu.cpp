@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "model/helpers.h"
 #include "rayless/hf/model_directory.h"
 #include "rayless/ops/kernel_plan.h"
 #include "rayless/ops/ops.h"
@@ -30,6 +31,17 @@ GenerationOutput greedy_tokens(CausalLM& model) {
   params.greedy = true;
   params.return_logprobs = true;
   return generate(model, {{5, 17, 42, 8}, {9, 3}}, params, SamplingStream(7), nullptr);
+}
+
+// The golden qwen2 model's greedy tokens on the GPU with a CUDA kernel and with it switched off: the
+// same tokens, log-probs within 1e-4
+void same_tokens_without(ops::Kernel kernel) {
+  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, torch::Device(torch::kCUDA, 0));
+  const GenerationOutput with_kernel = greedy_tokens(gpu);
+  const ops::KernelOverride off(kernel, false);
+  const GenerationOutput without = greedy_tokens(gpu);
+  CHECK(torch::equal(with_kernel.completion_ids.cpu(), without.completion_ids.cpu()));
+  CHECK((with_kernel.logprobs - without.logprobs).abs().max().item<double>() <= 1e-4);
 }
 }  // namespace
 
@@ -119,12 +131,7 @@ TEST_CASE("cuda: grouped-query attention folded per key head gives enable_gqa's 
     }
     for (size_t i = 0; i < 3; ++i) CHECK((grads[0][i] - grads[1][i]).abs().max().item<double>() <= 1e-4);
   }
-  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);  // 4 query heads over 2
-  const GenerationOutput folded = greedy_tokens(gpu);
-  const ops::KernelOverride off(ops::Kernel::folded_gqa_attention, false);
-  const GenerationOutput reference = greedy_tokens(gpu);
-  CHECK(torch::equal(folded.completion_ids.cpu(), reference.completion_ids.cpu()));
-  CHECK((folded.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
+  same_tokens_without(ops::Kernel::folded_gqa_attention);  // qwen2: 4 query heads over 2
 }
 
 // The CUDA backend's RMSNorm (fused_rms_norm: LibTorch's _fused_rms_norm kernel) against transformers'
@@ -135,8 +142,7 @@ TEST_CASE("cuda: the fused RMSNorm gives transformers' norm and gradients, and t
   torch::manual_seed(10);
   const torch::Device cuda(torch::kCUDA, 0);
   const auto reference_norm = [](const torch::Tensor& x, const torch::Tensor& weight) {
-    const auto h = x.to(torch::kFloat32);
-    return weight * (h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-6)).to(x.scalar_type());
+    return test::transformers_rms_norm(x, weight, 1e-6);
   };
   for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     INFO(dtype);
@@ -161,12 +167,7 @@ TEST_CASE("cuda: the fused RMSNorm gives transformers' norm and gradients, and t
     CHECK((xg.grad().cpu() - xc.grad()).abs().max().item<double>() <= 1e-4);
     CHECK((wg.grad().cpu() - wc.grad()).abs().max().item<double>() <= 1e-3);
   }
-  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);
-  const GenerationOutput fused = greedy_tokens(gpu);
-  const ops::KernelOverride off(ops::Kernel::fused_rms_norm, false);
-  const GenerationOutput reference = greedy_tokens(gpu);
-  CHECK(torch::equal(fused.completion_ids.cpu(), reference.completion_ids.cpu()));
-  CHECK((fused.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
+  same_tokens_without(ops::Kernel::fused_rms_norm);
 }
 
 // The CUDA backend's decode-step rotary embedding (joint_rotary: q and k together, half by half)
@@ -195,10 +196,5 @@ TEST_CASE("cuda: a decode step's joint rotary embedding gives transformers' rota
       CHECK(error <= (dtype == torch::kFloat32 ? 1e-5 : 5e-2));
     }
   }
-  CausalLM gpu = load_hf_model(kGolden / "qwen2", torch::kFloat32, cuda);
-  const GenerationOutput joint = greedy_tokens(gpu);
-  const ops::KernelOverride off(ops::Kernel::joint_rotary, false);
-  const GenerationOutput reference = greedy_tokens(gpu);
-  CHECK(torch::equal(joint.completion_ids.cpu(), reference.completion_ids.cpu()));
-  CHECK((joint.logprobs - reference.logprobs).abs().max().item<double>() <= 1e-4);
+  same_tokens_without(ops::Kernel::joint_rotary);
 }

@@ -26,6 +26,25 @@ inline torch::Tensor ids_tensor(const nlohmann::json& rows) {
   return torch::stack(out);
 }
 
+// Rows of a left-padded [B, P] batch without their padding (the golden fixtures' prompts).
+inline std::vector<std::vector<int64_t>> unpadded_rows(const torch::Tensor& ids, const torch::Tensor& mask) {
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t r = 0; r < ids.size(0); ++r) {
+    std::vector<int64_t> row;
+    for (int64_t c = 0; c < ids.size(1); ++c)
+      if (mask[r][c].item<int64_t>()) row.push_back(ids[r][c].item<int64_t>());
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// transformers' RMSNorm (Qwen2RMSNorm) written out: widened to float32, the normalised value rounded
+// to x's dtype, then times the weight
+inline torch::Tensor transformers_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const auto h = x.to(torch::kFloat32);
+  return weight * (h * torch::rsqrt(h.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
+}
+
 // A fresh empty directory under the build tree for one test.
 inline std::filesystem::path scratch_dir(const std::string& name) {
   auto dir = std::filesystem::path(RAYLESS_BINARY_DIR) / "test-scratch" / "model" / name;

@@ -28,18 +28,6 @@ double masked_max_error(const torch::Tensor& a, const torch::Tensor& b, const to
   return (a - b).abs().masked_select(keep).max().item<double>();
 }
 
-// Rows of a left-padded [B, P] batch without their padding.
-std::vector<std::vector<int64_t>> unpadded_rows(const torch::Tensor& ids, const torch::Tensor& mask) {
-  std::vector<std::vector<int64_t>> rows;
-  for (int64_t r = 0; r < ids.size(0); ++r) {
-    std::vector<int64_t> row;
-    for (int64_t c = 0; c < ids.size(1); ++c)
-      if (mask[r][c].item<int64_t>()) row.push_back(ids[r][c].item<int64_t>());
-    rows.push_back(row);
-  }
-  return rows;
-}
-
 GenerationOutput greedy(CausalLM& model, const nlohmann::json& expected, int64_t num_generations = 1) {
   SamplingParams params;
   params.greedy = true;
@@ -49,7 +37,7 @@ GenerationOutput greedy(CausalLM& model, const nlohmann::json& expected, int64_t
   params.pad_id = expected["pad_id"].get<int64_t>();
   params.return_logprobs = true;
   const SamplingStream gen(0);
-  const auto prompts = unpadded_rows(test::ids_tensor(expected["prompt_ids"]), test::ids_tensor(expected["prompt_mask"]));
+  const auto prompts = test::unpadded_rows(test::ids_tensor(expected["prompt_ids"]), test::ids_tensor(expected["prompt_mask"]));
   return generate(model, prompts, params, gen);
 }
 
@@ -111,7 +99,7 @@ TEST_CASE("RoPE scaling and windows: packed, checkpointed and padded completion 
     CausalLM model = load_hf_model(rope_dir() / name, torch::kFloat64);
     const auto expected_json = test::read_json(rope_dir() / (name + "-expected.json"));
     const auto generated = greedy(model, expected_json, /*num_generations=*/2);
-    const auto prompts = unpadded_rows(generated.prompt_ids, generated.prompt_mask);
+    const auto prompts = test::unpadded_rows(generated.prompt_ids, generated.prompt_mask);
     auto run = [&](bool packed, bool checkpointing, int64_t prompt_width) {
       model->train();
       model->set_gradient_checkpointing(checkpointing);

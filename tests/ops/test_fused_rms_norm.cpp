@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "model/helpers.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "rayless/ops/kernel_plan.h"
@@ -13,13 +14,7 @@
 using namespace rayless;
 using namespace rayless::ops;
 
-namespace {
-// transformers' Qwen2RMSNorm: the normalised value rounded to x's dtype, then times the weight
-torch::Tensor transformers_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  const auto h = x.to(torch::kFloat32);
-  return weight * (h * torch::rsqrt(h.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
-}
-}  // namespace
+using test::transformers_rms_norm;
 
 TEST_CASE("fused_rms_norm: transformers' RMSNorm, in float32 to rounding, in bfloat16 one rounding nearer") {
   torch::NoGradGuard no_grad;

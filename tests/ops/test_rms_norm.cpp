@@ -13,12 +13,6 @@ using namespace rayless::ops;
 
 namespace {
 
-// transformers' RMSNorm written out, for autograd
-torch::Tensor reference_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  const auto h = x.to(torch::kFloat32);
-  return weight * (h * torch::rsqrt(h.pow(2).mean(-1, true) + eps)).to(x.scalar_type());
-}
-
 struct Result {
   torch::Tensor out, dx, dw;
 };
@@ -53,7 +47,7 @@ TEST_CASE("rms_norm under autocast: the forward's bits, and a one-pass backward 
         },
         x0, w0, weights, torch::kFloat32);
     const auto autograds = [&](torch::Dtype dtype) {
-      return run([&](const torch::Tensor& x, const torch::Tensor& w) { return reference_rms_norm(x, w, eps); }, x0, w0,
+      return run([&](const torch::Tensor& x, const torch::Tensor& w) { return test::transformers_rms_norm(x, w, eps); }, x0, w0,
                  weights, dtype);
     };
     const Result theirs = autograds(torch::kFloat32), exact = autograds(torch::kFloat64);
@@ -83,7 +77,7 @@ TEST_CASE("rms_norm without autocast, or with a bfloat16 input, is autograd's, b
         },
         x0, w0, weights, dtype);
     const Result theirs = run(
-        [&](const torch::Tensor& x, const torch::Tensor& w) { return reference_rms_norm(x, w.to(torch::kFloat32), 1e-6); },
+        [&](const torch::Tensor& x, const torch::Tensor& w) { return test::transformers_rms_norm(x, w.to(torch::kFloat32), 1e-6); },
         x0, w0, weights, dtype);
     CHECK(torch::equal(ours.out, theirs.out));
     CHECK(torch::equal(ours.dx, theirs.dx));

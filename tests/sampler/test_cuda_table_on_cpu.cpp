@@ -15,20 +15,6 @@
 
 using namespace rayless;
 
-namespace {
-std::vector<std::vector<int64_t>> golden_prompts(const nlohmann::json& expected) {
-  const auto ids = test::ids_tensor(expected["input_ids"]), mask = test::ids_tensor(expected["attention_mask"]);
-  std::vector<std::vector<int64_t>> prompts;
-  for (int64_t r = 0; r < ids.size(0); ++r) {
-    std::vector<int64_t> p;
-    for (int64_t c = 0; c < ids.size(1); ++c)
-      if (mask[r][c].item<int64_t>()) p.push_back(ids[r][c].item<int64_t>());
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-}  // namespace
-
 TEST_CASE("cuda table on the CPU: greedy continuations of the golden models match transformers' generate") {
   for (const std::string name : {"qwen2", "llama", "qwen3"}) {
     INFO(name);
@@ -41,7 +27,8 @@ TEST_CASE("cuda table on the CPU: greedy continuations of the golden models matc
     params.pad_id = expected["pad_id"].get<int64_t>();
     const ops::CpuRunsTable cuda_entries(ops::cuda_table());
     OpProfile profile(torch::Device(torch::kCPU));
-    const GenerationOutput out = generate(model, golden_prompts(expected), params, SamplingStream(0));
+    const auto prompts = test::unpadded_rows(test::ids_tensor(expected["input_ids"]), test::ids_tensor(expected["attention_mask"]));
+    const GenerationOutput out = generate(model, prompts, params, SamplingStream(0));
     const nlohmann::json ran = profile.stop(std::max<int64_t>(1, out.stats.decode_steps));
     CHECK(torch::equal(out.completion_ids, test::ids_tensor(expected["greedy_completion"])));
     // the decode steps' rotary ran as joint_rotary: two addcmul_ per layer and forward, and where q and k

@@ -191,14 +191,7 @@ TEST_CASE("golden: greedy continuations match transformers' generate") {
     CausalLM model = load_hf_model(test::golden_dir() / name);
     const auto expected = test::read_json(test::golden_dir() / (name + "-expected.json"));
     auto ids = test::ids_tensor(expected["input_ids"]);
-    auto mask = test::ids_tensor(expected["attention_mask"]);
-    std::vector<std::vector<int64_t>> prompts;
-    for (int64_t r = 0; r < ids.size(0); ++r) {
-      std::vector<int64_t> p;
-      for (int64_t c = 0; c < ids.size(1); ++c)
-        if (mask[r][c].item<int64_t>()) p.push_back(ids[r][c].item<int64_t>());
-      prompts.push_back(p);
-    }
+    const auto prompts = test::unpadded_rows(ids, test::ids_tensor(expected["attention_mask"]));
     SamplingParams params;
     params.greedy = true;
     params.max_new_tokens = 12;
