@@ -3,6 +3,7 @@
 #  1. rayless-bench generation --profile: the engine's EOS test (aten::isin, once per decode step, no
 #     other caller) counted as many times as the run's decode steps; the top-level operators' times,
 #     nested calls left out, add up to no more than the time recorded.
+#     With --cpu-runs-table cuda, the CUDA backend's kernels in the profile (its fused RMSNorm).
 #  2. rayless train --profile-step 2 (1 rank): one generation and one training pass inside the window
 #     (isin once per decode step of step 2's generation, which runs to completions/max_length with
 #     every row in a slot; autograd's backward nodes); steps 1 and 3 outside it.
@@ -32,6 +33,20 @@ for run in runs:
     assert isin == run["decode_steps"], f"aten::isin {isin} calls, {run['decode_steps']} decode steps"
     assert profile["top_level_operators_ms"] <= profile["recorded_ms"], "nested operators counted twice"
     assert sum(o["calls"] for o in profile["top_level_operators"]) < profile["host_operator_calls"]
+PY
+
+# --cpu-runs-table cuda: the CUDA backend's kernels counted on the CPU (its RMSNorm is LibTorch's fused one)
+"$bench" generation --rows 2 --tokens 3 --engines new --sync-intervals 1 --repeats 1 --cpu-runs-table cuda \
+  --profile "$work/bench-cuda" --json "$work/bench-cuda.json" > "$work/bench-cuda.out" 2>&1 || { cat "$work/bench-cuda.out"; fail "--cpu-runs-table cuda"; }
+python3 - "$work/bench.json" "$work/bench-cuda.json" <<'PY' || exit 1
+import json, sys
+def fused_norms(path):
+    run = json.load(open(path))["runs"][0]
+    ops = {o["name"]: o["calls"] for o in json.load(open(run["profile"]["file"]))["top_level_operators"]}
+    return ops.get("aten::_fused_rms_norm", 0)
+cpu, cuda = fused_norms(sys.argv[1]), fused_norms(sys.argv[2])
+print(f"bench: aten::_fused_rms_norm {cpu} calls on the CPU's table, {cuda} on the CUDA backend's")
+assert cpu == 0 and cuda > 0
 PY
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
