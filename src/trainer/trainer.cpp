@@ -575,7 +575,8 @@ void Trainer::write_profile(OpProfile& running) {
   profile["rank"] = runtime_.rank();
   const fs::path file = output_dir_ / "profile" / str("step-", optimizer_step_, "-rank-", runtime_.rank(), ".json");
   fs::create_directories(file.parent_path());
-  write_text_atomically(file, profile.dump(1) + "\n");
+  // kernel names are whatever the libraries compiled in: replace any byte that is not UTF-8
+  write_text_atomically(file, profile.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   if (runtime_.rank() == 0)
     log_info(str("step ", optimizer_step_, " ", profile_line(profile), " (every rank's in ", file.parent_path().string(), ")"));
 }

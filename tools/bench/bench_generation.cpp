@@ -245,7 +245,9 @@ int bench_generation(const Args& args) {
         const Measured m = run();
         best.profile = profile.stop(m.decode_steps);
         best.profile["file"] = str(profile_dir, "/generation-rows", rows, "-", profile_name, ".json");
-        write_text_atomically(best.profile["file"].get<std::string>(), best.profile.dump(1) + "\n");
+        // kernel names are whatever the libraries compiled in: replace any byte that is not UTF-8
+        write_text_atomically(best.profile["file"].get<std::string>(),
+                              best.profile.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
         std::fprintf(stderr, "bench generation: %lld rows, %s: %s\n", static_cast<long long>(rows), m.engine.c_str(),
                      profile_line(best.profile).c_str());
       }
