@@ -40,10 +40,6 @@ std::vector<RowPiece> AsyncPlan::pieces(int64_t j) const {
   return out;
 }
 
-bool AsyncPlan::whole_slice(const RowPiece& p) const {
-  return p.first == p.rank * rows_per_rank_ && p.last == (p.rank + 1) * rows_per_rank_;
-}
-
 bool AsyncPlan::push_due(int64_t version, int64_t held_version) const {
   if (held_version < 0) return true;
   return version != held_version && version / weight_sync_steps_ > held_version / weight_sync_steps_;

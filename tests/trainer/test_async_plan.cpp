@@ -7,6 +7,11 @@
 using namespace rayless;
 
 namespace {
+// whether a piece is its training rank's whole slice
+bool whole_slice(const RowPiece& p, int64_t rows_per_rank) {
+  return p.first == p.rank * rows_per_rank && p.last == (p.rank + 1) * rows_per_rank;
+}
+
 // every generation rank's pieces, in rank order: they must tile the generation's rows [0, T * n)
 void check_tiles(const AsyncPlan& plan, int64_t rows_per_rank) {
   int64_t next = 0;
@@ -41,7 +46,7 @@ TEST_CASE("at most as many generation ranks as training ranks: whole slices of c
   CHECK(plan.pieces(0).size() == 1);  // training rank 0
   CHECK(plan.pieces(1).size() == 2);  // training ranks 1, 2
   for (int64_t j = 0; j < 2; ++j)
-    for (const RowPiece& p : plan.pieces(j)) CHECK(plan.whole_slice(p));
+    for (const RowPiece& p : plan.pieces(j)) CHECK(whole_slice(p, 8));
   const AsyncPlan one(3, 1, 8, 4, 0, 1);
   CHECK(one.pieces(0).size() == 2);
   check_tiles(one, 8);
@@ -51,7 +56,7 @@ TEST_CASE("more generation ranks than training ranks: a slice cut at group bound
   const AsyncPlan by_groups(3, 2, 8, 4, 1, 1);  // 1 training rank, 8 rows = 2 groups of 4, 2 generation ranks
   check_tiles(by_groups, 8);
   CHECK(by_groups.pieces(0)[0].last == 4);
-  CHECK_FALSE(by_groups.whole_slice(by_groups.pieces(0)[0]));
+  CHECK_FALSE(whole_slice(by_groups.pieces(0)[0], 8));
   const AsyncPlan by_rows(4, 3, 4, 4, 1, 1);  // 1 training rank, one group of 4 rows, 3 generation ranks
   check_tiles(by_rows, 4);
   CHECK(by_rows.pieces(2)[0].size() == 2);

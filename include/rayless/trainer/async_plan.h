@@ -42,8 +42,6 @@ class AsyncPlan {
   // that rank would sample them in a synchronous run); with more, a training rank's slice is cut into
   // consecutive pieces for several generation ranks.
   std::vector<RowPiece> pieces(int64_t generator) const;
-  // true when the piece is a training rank's whole slice
-  bool whole_slice(const RowPiece& piece) const;
 
   // Whether the weights of policy version `version` (optimizer steps done) go to the generation ranks
   // at a meeting, given the version they hold (-1: none yet): at the first meeting at or after each
