@@ -75,7 +75,7 @@ TEST_CASE("fused_rms_norm: gradients of x and the weight as the reference's, in 
   }
 }
 
-TEST_CASE("fused_rms_norm: declines mixed dtypes, float64 and with its switch off; the CUDA backend's norm, the CPU's untouched") {
+TEST_CASE("fused_rms_norm: declines mixed dtypes, float64 and with its switch off, and is the CUDA backend's norm, not the CPU's") {
   torch::NoGradGuard no_grad;
   const auto x = torch::randn({3, 16}), weight = torch::randn({16});
   CHECK(cuda::fused_rms_norm(x, weight, 1e-6).defined());

@@ -78,7 +78,7 @@ TEST_CASE("joint_rotary: transformers' rotary embedding of a decode step, q and 
   }
 }
 
-TEST_CASE("joint_rotary: declines gradients, other shapes and with its switch off; the CUDA backend's, the CPU's untouched") {
+TEST_CASE("joint_rotary: declines gradients, other shapes and with its switch off, and is the CUDA backend's, not the CPU's") {
   const Qk qk = fused_projection(2, 4, 2, 8, torch::kFloat32);
   const auto cos = torch::rand({2, 1, 8}), sin = torch::rand({2, 1, 8});
   {
