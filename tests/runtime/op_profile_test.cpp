@@ -19,7 +19,7 @@ std::map<std::string, int64_t> top_level_calls(const nlohmann::json& summary) {
 
 TEST_CASE("op profile: operators called from the code counted once each, what they call inside them not", "[runtime]") {
   const auto a = torch::randn({8, 8}), b = torch::randn({8, 8});
-  OpProfile profile(torch::Device(torch::kCPU));
+  OpProfile profile{torch::Device(torch::kCPU)};
   for (int i = 0; i < 3; ++i) (void)torch::matmul(a, b);  // aten::matmul calls aten::mm inside
   for (int i = 0; i < 2; ++i) (void)torch::mm(a, b);
   (void)(a + b);

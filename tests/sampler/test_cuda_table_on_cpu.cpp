@@ -26,7 +26,7 @@ TEST_CASE("cuda table on the CPU: greedy continuations of the golden models matc
     params.eos_ids = {expected["eos_id"].get<int64_t>()};
     params.pad_id = expected["pad_id"].get<int64_t>();
     const ops::CpuRunsTable cuda_entries(ops::cuda_table());
-    OpProfile profile(torch::Device(torch::kCPU));
+    OpProfile profile{torch::Device(torch::kCPU)};
     const auto prompts = test::unpadded_rows(test::ids_tensor(expected["input_ids"]), test::ids_tensor(expected["attention_mask"]));
     const GenerationOutput out = generate(model, prompts, params, SamplingStream(0));
     const nlohmann::json ran = profile.stop(std::max<int64_t>(1, out.stats.decode_steps));
