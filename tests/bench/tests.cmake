@@ -27,6 +27,10 @@ add_test(NAME bench-products-prints-kernels
                  --rows 1,4 --pool-mb 4 --bf16)
 set_tests_properties(bench-products-prints-kernels PROPERTIES TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "\\| down \\| \\[256, 704\\] \\| [A-Za-z0-9_]+ \\| 4 \\| [0-9.]+ \\|")
+# bad input: a backend table that is neither the CPU's nor the CUDA backend's
+add_test(NAME bench-generation-bad-table-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/expect_one_line_exit2.sh
+         "bench generation: --cpu-runs-table must be cpu or cuda" $<TARGET_FILE:rayless-bench> generation
+         --cpu-runs-table gpu)
 add_test(NAME bench-products-bad-rows-exit2 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/expect_one_line_exit2.sh
          "bench products: --rows must list positive integers" $<TARGET_FILE:rayless-bench> products
          --config-json ${CMAKE_SOURCE_DIR}/configs/models/tiny/config.json --rows 0)
